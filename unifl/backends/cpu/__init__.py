@@ -1,0 +1,81 @@
+"""``cpu``: the reference backend.  Every op on Python/gmpy2 integers, one element at a time.
+
+It is deliberately the simplest correct implementation, not a fast one: every other backend must give
+bit-identical results to it.  Its multi-exponentiation and grouped product are computed independently
+of the generic compositions (plain ``powmod`` and products), so the equivalence harness checks those
+compositions too.
+"""
+
+from __future__ import annotations
+
+import gmpy2
+import numpy as np
+
+from ...base_op import MontContext
+from ...base_op.limbs import from_limbs, to_limbs
+from ..base import Backend, ProbeResult
+
+
+def _ints(a: np.ndarray) -> list:
+    return [gmpy2.mpz(v) for v in from_limbs(a)]
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
+                            "mont_prod_groups"})
+
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        return ProbeResult(True, f"gmpy2 {gmpy2.version()}", ["host CPU (gmpy2, 1 thread)"])
+
+    @staticmethod
+    def _rinv(ctx: MontContext):
+        st = ctx.device_state.get("cpu")
+        if st is None:
+            st = ctx.device_state["cpu"] = (gmpy2.mpz(ctx.m), gmpy2.invert(ctx.R, ctx.m),
+                                            gmpy2.mpz(ctx.r_mod))
+        return st
+
+    def op_mont_mul(self, ctx, a, b):
+        m, rinv, _ = self._rinv(ctx)
+        return to_limbs([x * y % m * rinv % m for x, y in zip(_ints(a), _ints(b))], ctx.num_limbs)
+
+    def op_mod_mul(self, ctx, a, b):
+        m = gmpy2.mpz(ctx.m)
+        return to_limbs([x * y % m for x, y in zip(_ints(a), _ints(b))], ctx.num_limbs)
+
+    def _pows(self, ctx, base, exps):
+        m = gmpy2.mpz(ctx.m)
+        es = _ints(exps)
+        if len(es) == 1:
+            es = es * len(base)
+        return [gmpy2.powmod(x, e, m) for x, e in zip(base, es)]
+
+    def op_mod_exp(self, ctx, base, exps):
+        return to_limbs(self._pows(ctx, _ints(base), exps), ctx.num_limbs)
+
+    def op_mont_exp(self, ctx, base_mont, exps):
+        m, rinv, r = self._rinv(ctx)
+        plain = [x * rinv % m for x in _ints(base_mont)]
+        return to_limbs([y * r % m for y in self._pows(ctx, plain, exps)], ctx.num_limbs)
+
+    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+        m, rinv, r = self._rinv(ctx)
+        plain = [x * rinv % m for x in _ints(bases_mont)]
+        k, n, le = exps.shape
+        es = _ints(exps.reshape(k * n, le))
+        out = []
+        for row in range(k):
+            acc = gmpy2.mpz(1)
+            for i in range(n):
+                acc = acc * gmpy2.powmod(plain[i], es[row * n + i], m) % m
+            out.append(acc * r % m)
+        return to_limbs(out, ctx.num_limbs)
+
+    def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
+        m, rinv, r = self._rinv(ctx)
+        acc = [gmpy2.mpz(r)] * num_groups
+        for x, g in zip(_ints(a_mont), groups.tolist()):
+            acc[g] = acc[g] * x % m * rinv % m
+        return to_limbs(acc, ctx.num_limbs)

@@ -1,0 +1,51 @@
+"""Layer 4, the base op: batched Montgomery multiplication (MontMult), the one hardware primitive.
+
+``mont_mul(backend, ctx, a, b)`` = a·b·R^-1 mod m, element-wise over (N, L) limb batches.  Entering and
+leaving the Montgomery domain are themselves MontMults: to_mont(x) = MontMult(x, R² mod m),
+from_mont(x̄) = MontMult(x̄, 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OperandError
+from .limbs import LIMB_BITS, from_limbs, limb_count, to_limbs
+from .montgomery import MontContext, check_modulus, mont_context, mont_mul_ref
+
+__all__ = ["MontContext", "mont_context", "check_modulus", "mont_mul", "to_mont", "from_mont",
+           "constant", "to_limbs", "from_limbs", "limb_count", "mont_mul_ref", "LIMB_BITS"]
+
+
+def constant(ctx: MontContext, value: int, n: int) -> np.ndarray:
+    """An (n, L) batch holding ``value`` (already reduced mod m) in every row."""
+    row = to_limbs([value % ctx.m], ctx.num_limbs)
+    return np.repeat(row, n, axis=0)
+
+
+def mont_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray, *, checked: bool = True
+             ) -> np.ndarray:
+    """Batched MontMult on ``backend``.  ``b`` may be one row (broadcast to the batch).
+
+    ``checked=False`` skips the range checks; the layers above use it for values they produced.
+    """
+    if checked:
+        a = ctx.check_operands(a, "a")
+        b = ctx.check_operands(b, "b")
+    if b.shape[0] == 1 and a.shape[0] != 1:
+        b = np.broadcast_to(b, a.shape)
+    if a.shape != b.shape:
+        raise OperandError(f"mont_mul: batch shapes differ, {a.shape} and {b.shape}")
+    if a.shape[0] == 0:
+        return np.empty_like(a)
+    return backend.op_mont_mul(ctx, np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+def to_mont(backend, ctx: MontContext, x: np.ndarray) -> np.ndarray:
+    """x·R mod m, as MontMult(x, R²)."""
+    return mont_mul(backend, ctx, x, constant(ctx, ctx.r2, 1), checked=False)
+
+
+def from_mont(backend, ctx: MontContext, x: np.ndarray) -> np.ndarray:
+    """x̄·R^-1 mod m, as MontMult(x̄, 1)."""
+    return mont_mul(backend, ctx, x, constant(ctx, 1, 1), checked=False)

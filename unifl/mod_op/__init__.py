@@ -1,0 +1,96 @@
+"""Layer 3: batched ModMult and ModExp (and the multi-exponentiation and grouped products the
+Paillier layer needs), each dispatched to the backend's native op when it has one and otherwise
+composed here, once, from MontMults on that same backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base_op import MontContext, constant, from_mont, mont_mul, to_mont
+from ..base_op.limbs import limb_count, to_limbs
+from ..errors import OperandError
+from . import compose
+
+__all__ = ["mod_mul", "mod_exp", "mont_exp", "mont_multi_exp", "mont_prod_groups", "exp_limbs"]
+
+
+def exp_limbs(exps) -> np.ndarray:
+    """Exponents (one int or a sequence of non-negative ints) as a limb array (N|1, Le)."""
+    vals = [int(exps)] if isinstance(exps, (int, np.integer)) else [int(e) for e in exps]
+    if any(e < 0 for e in vals):
+        raise OperandError("exponents must be non-negative")
+    width = limb_count(max((e.bit_length() for e in vals), default=1))
+    return to_limbs(vals, width)
+
+
+def _check_exps(exps: np.ndarray, n: int) -> np.ndarray:
+    exps = np.ascontiguousarray(exps, dtype=np.uint64)
+    if exps.ndim != 2 or exps.shape[0] not in (1, n):
+        raise OperandError(f"exponent batch must have shape (1|{n}, Le), got {exps.shape}")
+    return exps
+
+
+def mod_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a·b mod m.  Composed as MontMult(MontMult(a, b), R²) = a·b (two MontMults, not Alg. 2's four:
+    the R^-1 of the first is cancelled by the R² of the second)."""
+    a = ctx.check_operands(a, "a")
+    b = ctx.check_operands(b, "b")
+    if backend.implements("mod_mul"):
+        return backend.op_mod_mul(ctx, a, b)
+    return to_mont(backend, ctx, mont_mul(backend, ctx, a, b, checked=False))
+
+
+def mont_exp(backend, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """(x^e)·R mod m for x̄ = x·R mod m: exponentiation that stays in the Montgomery domain."""
+    base_mont = np.ascontiguousarray(base_mont, dtype=np.uint64)
+    exps = _check_exps(exps, base_mont.shape[0])
+    if base_mont.shape[0] == 0:
+        return base_mont.copy()
+    if backend.implements("mont_exp"):
+        return backend.op_mont_exp(ctx, base_mont, exps)
+    return compose.mont_exp(backend, ctx, base_mont, exps)
+
+
+def mod_exp(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """base^e mod m (UniFL Alg. 3 with sliding windows when composed)."""
+    base = ctx.check_operands(base, "base")
+    exps = _check_exps(exps, base.shape[0])
+    if base.shape[0] == 0:
+        return base.copy()
+    if backend.implements("mod_exp"):
+        return backend.op_mod_exp(ctx, base, exps)
+    return from_mont(backend, ctx, mont_exp(backend, ctx, to_mont(backend, ctx, base), exps))
+
+
+def mont_multi_exp(backend, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarray
+                   ) -> np.ndarray:
+    """out[k] = prod_i bases[i]^exps[k, i], all in Montgomery form: K multi-exponentiations sharing
+    their N bases (the heart of ciphertext×plaintext matmul).  ``exps`` has shape (K, N, Le)."""
+    bases_mont = np.ascontiguousarray(bases_mont, dtype=np.uint64)
+    exps = np.ascontiguousarray(exps, dtype=np.uint64)
+    if exps.ndim != 3 or exps.shape[1] != bases_mont.shape[0]:
+        raise OperandError(f"multi-exp exponents must be (K, {bases_mont.shape[0]}, Le), "
+                           f"got {exps.shape}")
+    if exps.shape[0] == 0:
+        return np.empty((0, ctx.num_limbs), np.uint64)
+    if bases_mont.shape[0] == 0:
+        return constant(ctx, ctx.r_mod, exps.shape[0])
+    if backend.implements("mont_multi_exp"):
+        return backend.op_mont_multi_exp(ctx, bases_mont, exps)
+    return compose.mont_multi_exp(backend, ctx, bases_mont, exps)
+
+
+def mont_prod_groups(backend, ctx: MontContext, a_mont: np.ndarray, groups: np.ndarray,
+                     num_groups: int) -> np.ndarray:
+    """Product of the rows of each group (Montgomery form); row g is R mod m when group g is empty.
+    With ciphertexts this is the homomorphic sum per bin of a histogram (FLASH O6)."""
+    a_mont = np.ascontiguousarray(a_mont, dtype=np.uint64)
+    groups = np.ascontiguousarray(groups, dtype=np.int64)
+    if groups.shape != (a_mont.shape[0],):
+        raise OperandError(f"need one group id per row: {groups.shape} vs {a_mont.shape[0]} rows")
+    if groups.size and (groups.min() < 0 or groups.max() >= num_groups):
+        raise OperandError(f"group ids must lie in [0, {num_groups})")
+    if backend.implements("mont_prod_groups"):
+        return backend.op_mont_prod_groups(ctx, a_mont, groups, int(num_groups))
+    return compose.mont_prod_groups(backend, ctx, a_mont, groups, int(num_groups))

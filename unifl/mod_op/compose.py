@@ -1,0 +1,174 @@
+"""Generic compositions of the mod_op layer from batched MontMults (written once, for every backend
+that has no native version).  Every step is one batched ``mont_mul`` call, so a device backend sees a
+few large batches rather than one call per element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..base_op import MontContext, constant, mont_mul
+from ..base_op.limbs import from_limbs
+
+
+def window_bits(exp_bits: int) -> int:
+    """Window width minimising squarings + table + multiplications for an exponent of this length."""
+    for limit, w in ((8, 1), (24, 3), (80, 4), (240, 5), (672, 6), (2000, 7)):
+        if exp_bits <= limit:
+            return w
+    return 8
+
+
+def _mm(backend, ctx, a, b):
+    return mont_mul(backend, ctx, a, b, checked=False)
+
+
+def _odd_powers(backend, ctx, x, w):
+    """[x, x^3, x^5, ..., x^(2^w - 1)] (Montgomery form), each (N, L)."""
+    table = [x]
+    if w > 1:
+        x2 = _mm(backend, ctx, x, x)
+        for _ in range((1 << (w - 1)) - 1):
+            table.append(_mm(backend, ctx, table[-1], x2))
+    return table
+
+
+def _all_powers(backend, ctx, x, w):
+    """Array T of shape (2^w, N, L) with T[d] = x^d (Montgomery form), T[0] = R mod m."""
+    n = x.shape[0]
+    t = np.empty((1 << w, n, ctx.num_limbs), np.uint64)
+    t[0] = constant(ctx, ctx.r_mod, n)
+    t[1] = x
+    for d in range(2, 1 << w):
+        t[d] = _mm(backend, ctx, t[d - 1], x)  # x^d = x^(d-1)·x; d even could square, same count
+    return t
+
+
+def _sliding_exp(backend, ctx, x, e: int):
+    """x^e for one exponent shared by the batch: left-to-right sliding windows."""
+    n = x.shape[0]
+    if e == 0:
+        return constant(ctx, ctx.r_mod, n)
+    w = window_bits(e.bit_length())
+    table = _odd_powers(backend, ctx, x, w)
+    acc = None
+    i = e.bit_length() - 1
+    while i >= 0:
+        if not (e >> i) & 1:
+            if acc is not None:
+                acc = _mm(backend, ctx, acc, acc)
+            i -= 1
+            continue
+        j = max(i - w + 1, 0)
+        while not (e >> j) & 1:  # the window ends on a set bit, so its value is odd
+            j += 1
+        val = (e >> j) & ((1 << (i - j + 1)) - 1)
+        if acc is None:
+            acc = table[val >> 1].copy()
+        else:
+            for _ in range(i - j + 1):
+                acc = _mm(backend, ctx, acc, acc)
+            acc = _mm(backend, ctx, acc, table[val >> 1])
+        i = j - 1
+    return acc
+
+
+def _digits(exps: np.ndarray, w: int, num_windows: int) -> np.ndarray:
+    """Fixed-window digits of every exponent, shape (num_windows, N), most significant first."""
+    n, le = exps.shape
+    bits = np.unpackbits(exps.astype("<u8").view(np.uint8).reshape(n, le * 8), axis=1,
+                         bitorder="little")  # (N, 64·Le), bit k at column k
+    total = num_windows * w
+    if bits.shape[1] < total:
+        bits = np.concatenate([bits, np.zeros((n, total - bits.shape[1]), np.uint8)], axis=1)
+    bits = bits[:, :total].reshape(n, num_windows, w).astype(np.int64)
+    weights = 1 << np.arange(w, dtype=np.int64)
+    return (bits * weights).sum(axis=2).T[::-1]
+
+
+def _exp_bits(exps: np.ndarray) -> int:
+    return max((v.bit_length() for v in from_limbs(exps)), default=0)
+
+
+def mont_exp(backend, ctx: MontContext, x: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    if exps.shape[0] == 1:
+        return _sliding_exp(backend, ctx, x, from_limbs(exps)[0])
+    # one exponent per element: fixed windows, same squaring schedule for all, table gathered
+    ebits = _exp_bits(exps)
+    n = x.shape[0]
+    if ebits == 0:
+        return constant(ctx, ctx.r_mod, n)
+    w = min(window_bits(ebits), 6)
+    nw = -(-ebits // w)
+    table = _all_powers(backend, ctx, x, w)
+    digits = _digits(exps, w, nw)
+    rows = np.arange(n)
+    acc = table[digits[0], rows].copy()
+    for j in range(1, nw):
+        for _ in range(w):
+            acc = _mm(backend, ctx, acc, acc)
+        sel = np.flatnonzero(digits[j])
+        if sel.size:
+            acc[sel] = _mm(backend, ctx, acc[sel], table[digits[j, sel], sel])
+    return acc
+
+
+def _tree_product(backend, ctx, vals: np.ndarray) -> np.ndarray:
+    """Product over axis 1 of (K, N, L) -> (K, L), by pairwise batched MontMults."""
+    while vals.shape[1] > 1:
+        half = vals.shape[1] // 2
+        k, _, nl = vals.shape
+        prod = _mm(backend, ctx, vals[:, :half].reshape(-1, nl),
+                   vals[:, half:2 * half].reshape(-1, nl)).reshape(k, half, nl)
+        if vals.shape[1] % 2:
+            prod = np.concatenate([prod, vals[:, -1:]], axis=1)
+        vals = prod
+    return vals[:, 0]
+
+
+def mont_multi_exp(backend, ctx: MontContext, bases: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """Straus' method vectorised: one power table per base shared by all K outputs; per window, the
+    K·N table entries are multiplied together by a batched tree and folded into the accumulators."""
+    k, n, le = exps.shape
+    ebits = _exp_bits(exps.reshape(k * n, le))
+    if ebits == 0:
+        return constant(ctx, ctx.r_mod, k)
+    w = min(window_bits(ebits), 5)
+    nw = -(-ebits // w)
+    table = _all_powers(backend, ctx, bases, w)                      # (2^w, N, L)
+    digits = _digits(exps.reshape(k * n, le), w, nw).reshape(nw, k, n)
+    cols = np.arange(n)
+    acc = None
+    for j in range(nw):
+        if acc is not None:
+            for _ in range(w):
+                acc = _mm(backend, ctx, acc, acc)
+        part = _tree_product(backend, ctx, table[digits[j], cols])  # (K, L)
+        acc = part if acc is None else _mm(backend, ctx, acc, part)
+    return acc
+
+
+def mont_prod_groups(backend, ctx: MontContext, a: np.ndarray, groups: np.ndarray,
+                     num_groups: int) -> np.ndarray:
+    """Grouped products by rounds of pairwise MontMults over all groups at once."""
+    out = constant(ctx, ctx.r_mod, num_groups)
+    if a.shape[0] == 0:
+        return out
+    order = np.argsort(groups, kind="stable")
+    vals, gs = a[order], groups[order]
+    while True:
+        starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+        if len(starts) == len(gs):
+            break
+        run = np.diff(np.r_[starts, len(gs)])
+        pos = np.arange(len(gs)) - np.repeat(starts, run)
+        nxt_same = np.r_[gs[1:] == gs[:-1], False]
+        left = (pos % 2 == 0) & nxt_same
+        li = np.flatnonzero(left)
+        prod = _mm(backend, ctx, vals[li], vals[li + 1])
+        keep = ~np.r_[False, left[:-1]]          # drop the right partner of every pair
+        vals = vals.copy()
+        vals[li] = prod
+        vals, gs = vals[keep], gs[keep]
+    out[gs] = vals
+    return out
