@@ -69,7 +69,7 @@ class EncryptedArray:
         2^-24 resolution; pass ``scale_bits`` to choose."""
         arr = np.asarray(values)
         if scale_bits is None:
-            scale_bits = 0 if arr.dtype.kind in "iub" else encoding.DEFAULT_SCALE_BITS
+            scale_bits = encoding.default_scale(arr)
         enc = encoding.encode(arr, scale_bits, public_key.max_int)
         be = resolve_backend(backend)
         m = public_key.plaintext_limbs(encoding.to_residues(enc.values, public_key.n))
@@ -216,7 +216,7 @@ class EncryptedArray:
             raise TypeError("Paillier cannot multiply two ciphertexts; multiply by a plaintext")
         pk, ctx, be = self.public_key, self._ctx(), self.backend
         plain = np.asarray(other)
-        k_scale = 0 if plain.dtype.kind in "iub" else encoding.DEFAULT_SCALE_BITS
+        k_scale = encoding.default_scale(plain)
         enc = encoding.encode(plain, k_scale, pk.max_int)
         bound = encoding.check_bound(self.bound * enc.bound, pk.max_int, "product")
         ia, out_shape = self._broadcast(plain.shape)
@@ -270,7 +270,7 @@ class EncryptedArray:
         b = plain if plain.ndim == 2 else plain.reshape(-1, 1)
         if self.ndim not in (1, 2) or plain.ndim not in (1, 2) or a_shape[1] != b.shape[0]:
             raise OperandError(f"matmul shapes {self.shape} and {plain.shape} do not align")
-        k_scale = 0 if b.dtype.kind in "iub" else encoding.DEFAULT_SCALE_BITS
+        k_scale = encoding.default_scale(b)
         enc = encoding.encode(b, k_scale, pk.max_int)
         vals = np.empty(b.shape, dtype=object)
         vals.reshape(-1)[:] = enc.values
@@ -294,7 +294,7 @@ class EncryptedArray:
         a_shape = self.shape if self.ndim == 2 else self.shape + (1,)
         if self.ndim not in (1, 2) or plain.ndim not in (1, 2) or x.shape[1] != a_shape[0]:
             raise OperandError(f"matmul shapes {plain.shape} and {self.shape} do not align")
-        k_scale = 0 if x.dtype.kind in "iub" else encoding.DEFAULT_SCALE_BITS
+        k_scale = encoding.default_scale(x)
         enc = encoding.encode(x, k_scale, pk.max_int)
         vals = np.empty(x.shape, dtype=object)
         vals.reshape(-1)[:] = enc.values

@@ -32,6 +32,16 @@ class Encoded:
     bound: int
 
 
+def default_scale(values) -> int:
+    """0 for integer data (exact), DEFAULT_SCALE_BITS for anything with a fractional part."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iub":
+        return 0
+    if arr.dtype.kind == "O" and all(isinstance(v, (int, np.integer)) for v in arr.reshape(-1)):
+        return 0
+    return DEFAULT_SCALE_BITS
+
+
 def encode(values, scale_bits: int, max_int: int) -> Encoded:
     """round(x·2^scale_bits) for every x of ``values`` (array-like of ints or floats), signed.
 

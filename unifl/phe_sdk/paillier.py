@@ -234,7 +234,8 @@ class PrivateKey:
 def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
     """A fresh key pair with n of exactly ``bits`` bits and primes of equal size (bits/2 each)."""
     if bits < MIN_KEY_BITS or bits % 2:
-        raise WeakKeyError(f"Paillier key size must be even and >= {MIN_KEY_BITS}, got {bits}")
+        raise WeakKeyError(f"Paillier key size must be even and at least the minimum of {MIN_KEY_BITS} "
+                           f"bits, got {bits}")
     while True:
         p = random_prime(bits // 2)
         q = random_prime(bits // 2)

@@ -28,7 +28,7 @@ DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
 E = 65537
 
-__all__ = ["PublicKey", "PrivateKey", "keygen", "full_domain_hash"]
+__all__ = ["PublicKey", "PrivateKey", "keygen", "full_domain_hash", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "E"]
 
 
 class PublicKey:
