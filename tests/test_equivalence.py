@@ -76,7 +76,7 @@ def cpu():
     return unifl.backend("cpu")
 
 
-@pytest.mark.parametrize("bits", SIZES)
+@pytest.mark.parametrize("bits", SIZES + [8192])
 def test_mont_mul_and_mod_mul(be, cpu, bits):
     m = random_odd_modulus(bits)
     a, b = _operands(m, N_CHEAP), _operands(m, N_CHEAP)[::-1]
@@ -141,3 +141,15 @@ def test_paillier_encrypt_decrypt(be, cpu, bits):
            else P._finish(be, pk2, m_l, P._fixed_base_obfuscators(be, pk2, a)))
     assert np.array_equal(got, ref_fb)
     assert from_limbs(P.decrypt_limbs(be, sk, got)) == ms[:8]
+
+
+def test_per_element_moduli_and_exponents(be, cpu):
+    """One batch mixing moduli of different sizes, each element with its own exponent."""
+    ms = [random_odd_modulus(b) for b in (64, 1000, 2048)]
+    mods = [ms[i % 3] for i in range(60)]
+    base = [secrets.randbelow(m) for m in mods]
+    other = [secrets.randbelow(m) for m in mods]
+    exps = [secrets.randbits(secrets.choice([0, 5, 64, 300])) for _ in mods]
+    assert be.mod_exp(base, exps, mods) == [pow(x, e, m) for x, e, m in zip(base, exps, mods)]
+    assert be.mod_mul(base, other, mods) == [x * y % m for x, y, m in zip(base, other, mods)]
+    assert be.mont_mul(base, other, mods) == cpu.mont_mul(base, other, mods)

@@ -152,3 +152,18 @@ def test_pool_and_fixed_base(name):
     assert len(set(c)) == 3 and sk.raw_decrypt(c, backend=name) == [7, 8, pk.n - 1]
     with pytest.raises(unifl.WeakKeyError):
         pk.enable_fixed_base(exp_bits=100)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_crt_encryption_by_key_owner(name):
+    pk, sk = paillier_keypair(1024)
+    ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(10)]
+    rs = [secrets.randbelow(pk.n - 1) + 1 for _ in ms]
+    assert sk.raw_encrypt(ms, backend=name, r_values=rs) == pk.raw_encrypt(ms, backend=name,
+                                                                          r_values=rs)
+    assert sk.raw_decrypt(sk.raw_encrypt(ms, backend=name)) == ms
+    x = np.array([0.25, -3.0])
+    assert np.allclose(EncryptedArray.encrypt(pk, x, private_key=sk, backend=name).decrypt(sk), x)
+    _, other = paillier_keypair(2048)
+    with pytest.raises(unifl.KeyMismatchError):
+        EncryptedArray.encrypt(pk, x, private_key=other)

@@ -64,16 +64,20 @@ class EncryptedArray:
     # ---- construction / decryption
     @classmethod
     def encrypt(cls, public_key: PublicKey, values, scale_bits: int | None = None,
-                backend=None) -> "EncryptedArray":
+                backend=None, private_key: PrivateKey | None = None) -> "EncryptedArray":
         """Encrypt an array-like of ints/floats (O1).  Integer arrays default to scale 0, floats to
-        2^-24 resolution; pass ``scale_bits`` to choose."""
+        2^-24 resolution; pass ``scale_bits`` to choose.  The key owner may pass ``private_key`` to
+        compute the obfuscation factors with the CRT (faster, same distribution)."""
+        if private_key is not None and private_key.public_key != public_key:
+            raise KeyMismatchError("private_key does not belong to public_key")
         arr = np.asarray(values)
         if scale_bits is None:
             scale_bits = encoding.default_scale(arr)
         enc = encoding.encode(arr, scale_bits, public_key.max_int)
         be = resolve_backend(backend)
         m = public_key.plaintext_limbs(encoding.to_residues(enc.values, public_key.n))
-        return cls(public_key, encrypt_limbs(be, public_key, m), arr.shape, scale_bits, enc.bound, be)
+        c = encrypt_limbs(be, public_key, m, private_key=private_key)
+        return cls(public_key, c, arr.shape, scale_bits, enc.bound, be)
 
     def decrypt(self, private_key: PrivateKey, exact: bool = False) -> np.ndarray:
         """Decrypt (O2) to a float64 array (ints for scale 0; Fractions with ``exact``)."""

@@ -213,6 +213,7 @@ class PrivateKey:
         self.hp = int(gmpy2.invert((pow(n + 1, p - 1, self.psquare) - 1) // p, p))
         self.hq = int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q))
         self.q_inverse = int(gmpy2.invert(q, p))
+        self.qsquare_inverse = int(gmpy2.invert(self.qsquare, self.psquare))
         self.device_state: dict = {}
 
     def __repr__(self) -> str:  # never shows the primes
@@ -223,6 +224,19 @@ class PrivateKey:
 
     def __hash__(self) -> int:
         return hash(("paillier-sk", self.p, self.q))
+
+    def raw_encrypt(self, plaintexts: Sequence[int], backend=None,
+                    r_values: Sequence[int] | None = None) -> list[int]:
+        """Encryption by the key owner, r^n computed with the CRT mod p² and q² (exponents reduced
+        mod p(p−1) and q(q−1)); identical to ``public_key.raw_encrypt`` for the same r."""
+        be = resolve_backend(backend)
+        pk = self.public_key
+        m = pk.plaintext_limbs(plaintexts)
+        r = None if r_values is None else pk.n_ctx.to_limbs([int(v) for v in r_values])
+        if r is not None and len(r) != len(m):
+            raise OperandError(f"{len(m)} plaintexts but {len(r)} r values")
+        c_mont = encrypt_limbs(be, pk, m, r=r, private_key=self)
+        return from_limbs(base_op.from_mont(be, pk.nsquare_ctx, c_mont))
 
     def raw_decrypt(self, ciphertexts: Sequence[int], backend=None) -> list[int]:
         """Plaintexts in [0, n) of plain ciphertext ints (python-paillier's ``raw_decrypt``)."""
@@ -253,11 +267,12 @@ def _finish(be, pk: PublicKey, m: np.ndarray, obf_mont: np.ndarray) -> np.ndarra
 
 
 def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = None,
-                  use_pool: bool = True) -> np.ndarray:
+                  use_pool: bool = True, private_key: "PrivateKey | None" = None) -> np.ndarray:
     """Encrypt raw plaintext limbs (N, Ln), each in [0, n), to Montgomery-form ciphertexts (N, L2).
 
     Order of preference: explicit ``r``; the precomputed pool; the fixed-base variant when enabled;
-    fresh r^n.  Native fused ops are used when the backend has them.
+    fresh r^n (with the CRT when the key owner passes ``private_key``).  Native fused ops are used
+    when the backend has them.
     """
     be = resolve_backend(backend)
     ctx = pk.nsquare_ctx
@@ -276,10 +291,26 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
         return _finish(be, pk, m, _fixed_base_obfuscators(be, pk, a))
     if r is None:
         r = pk.random_r(count)
+    if private_key is not None:
+        return _finish(be, pk, m, _obfuscators_crt(be, private_key, r))
     if be.implements("paillier_encrypt"):
         return be.op_paillier_encrypt(pk, m, r)
     r_mont = base_op.to_mont(be, ctx, pad_limbs(r, ctx.num_limbs))
     return _finish(be, pk, m, mod_op.mont_exp(be, ctx, r_mont, mod_op.exp_limbs(pk.n)))
+
+
+def _obfuscators_crt(be, sk: "PrivateKey", r: np.ndarray) -> np.ndarray:
+    """r^n mod n² (Montgomery form) from r^(n mod p(p−1)) mod p² and r^(n mod q(q−1)) mod q²: two
+    exponentiations with half-size moduli and exponents instead of one full-size one."""
+    pk = sk.public_key
+    rs = from_limbs(r)
+    halves = []
+    for sq_ctx, order in ((sk.psquare_ctx, sk.p * (sk.p - 1)), (sk.qsquare_ctx, sk.q * (sk.q - 1))):
+        x = sq_ctx.to_limbs([v % sq_ctx.m for v in rs])
+        halves.append(from_limbs(mod_op.mod_exp(be, sq_ctx, x, mod_op.exp_limbs(pk.n % order))))
+    psq, qsq, inv = sk.psquare, sk.qsquare, sk.qsquare_inverse
+    obf = [b + qsq * ((a - b) * inv % psq) for a, b in zip(*halves)]
+    return base_op.to_mont(be, pk.nsquare_ctx, to_limbs(obf, pk.nsquare_ctx.num_limbs))
 
 
 def _fixed_base_table(be, pk: PublicKey) -> np.ndarray:
