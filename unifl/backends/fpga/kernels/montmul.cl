@@ -27,8 +27,10 @@
 #define UNIFL_CAT(a, b) UNIFL_CAT_(a, b)
 #define SFX(name) UNIFL_CAT(UNIFL_CAT(name, _L), L)
 
-/* t = a b R^-1 mod m, all private arrays of L limbs.  m and n0 as in the header. */
-static void SFX(mm)(const ulong *a, const ulong *b, ulong *out, __constant const ulong *m, ulong n0)
+/* out = a b R^-1 mod m, all private arrays of L limbs (m held in registers / on-chip RAM by the PE,
+ * as the constants of an engine are), n0 = -m^-1 mod 2^64.  Used by the kernels below and, alone
+ * (-DUNIFL_MM_ONLY), as the emulation model of the RTL engine (rtl/ocl_lib). */
+static void SFX(mm)(const ulong *a, const ulong *b, ulong *out, const ulong *m, ulong n0)
 {
     ulong t[L + 2];
     for (int j = 0; j < L + 2; ++j) t[j] = 0;
@@ -93,17 +95,20 @@ static void SFX(mm)(const ulong *a, const ulong *b, ulong *out, __constant const
     }
 }
 
+#ifndef UNIFL_MM_ONLY
+
 /* BASE OP: out[i] = a[i] b[i] R^-1 mod m for i < n.  consts = [m (L limbs), R mod m (L limbs)]. */
 __kernel void SFX(montmul)(__global const ulong *restrict a, __global const ulong *restrict b,
                            __global ulong *restrict out, __constant const ulong *consts,
                            const ulong n0, const uint n)
 {
     const uint stride = (uint)get_global_size(0);
-    ulong x[L], y[L], z[L];
+    ulong x[L], y[L], z[L], mod[L];
+    for (int j = 0; j < L; ++j) mod[j] = consts[j];
     for (uint i = (uint)get_global_id(0); i < n; i += stride) {
         const size_t base = (size_t)i * L;
         for (int j = 0; j < L; ++j) { x[j] = a[base + j]; y[j] = b[base + j]; }
-        SFX(mm)(x, y, z, consts, n0);
+        SFX(mm)(x, y, z, mod, n0);
         for (int j = 0; j < L; ++j) out[base + j] = z[j];
     }
 }
@@ -125,7 +130,8 @@ __kernel void SFX(mont_exp)(__global const ulong *restrict base, __global const 
     __constant const ulong *r_mod = consts + L;
     const uint nwin = (ebits + w - 1) / w;
     const ulong mask = (w >= 64) ? ~(ulong)0 : (((ulong)1 << w) - 1);
-    ulong x[L], acc[L], tmp[L];
+    ulong x[L], acc[L], tmp[L], mod[L];
+    for (int j = 0; j < L; ++j) mod[j] = consts[j];
     for (uint i = gid; i < n; i += stride) {
         const size_t row = (size_t)i * L;
         __global const ulong *e = exps + (size_t)i * e_stride;
@@ -137,7 +143,7 @@ __kernel void SFX(mont_exp)(__global const ulong *restrict base, __global const 
             acc[j] = x[j];
         }
         for (uint d = 2; d < ((uint)1 << w); ++d) {
-            SFX(mm)(acc, x, tmp, consts, n0);
+            SFX(mm)(acc, x, tmp, mod, n0);
             for (int j = 0; j < L; ++j) { acc[j] = tmp[j]; table[(size_t)d * L + j] = tmp[j]; }
         }
         int started = 0;
@@ -145,7 +151,7 @@ __kernel void SFX(mont_exp)(__global const ulong *restrict base, __global const 
         for (int win = (int)nwin - 1; win >= 0; --win) {
             if (started) {
                 for (uint s = 0; s < w; ++s) {
-                    SFX(mm)(acc, acc, tmp, consts, n0);
+                    SFX(mm)(acc, acc, tmp, mod, n0);
                     for (int j = 0; j < L; ++j) acc[j] = tmp[j];
                 }
             }
@@ -158,7 +164,7 @@ __kernel void SFX(mont_exp)(__global const ulong *restrict base, __global const 
                 __global const ulong *t = table + (size_t)digit * L;
                 if (started) {
                     for (int j = 0; j < L; ++j) x[j] = t[j];
-                    SFX(mm)(acc, x, tmp, consts, n0);
+                    SFX(mm)(acc, x, tmp, mod, n0);
                     for (int j = 0; j < L; ++j) acc[j] = tmp[j];
                 } else {
                     for (int j = 0; j < L; ++j) acc[j] = t[j];
@@ -169,3 +175,5 @@ __kernel void SFX(mont_exp)(__global const ulong *restrict base, __global const 
         for (int j = 0; j < L; ++j) out[row + j] = acc[j];
     }
 }
+
+#endif /* UNIFL_MM_ONLY */
