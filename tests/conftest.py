@@ -1,0 +1,53 @@
+"""Shared fixtures: the backends under test, cached keys, vector counts.
+
+UNIFL_FULL=1 runs the full equivalence harness (>= 10^4 vectors per op per size); the default run
+(CI) uses fewer for the slow ops, still covering every op, size and edge case.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+
+import pytest
+
+import unifl
+from unifl.backends import registry
+
+FULL = os.environ.get("UNIFL_FULL") == "1"
+
+
+def pytest_report_header(config):
+    lines = []
+    for name in registry.names():
+        pr = registry.probe(name)
+        state = "available" if pr.available else "UNAVAILABLE"
+        stand = f" [stand-in: {pr.stand_in}]" if pr.stand_in else ""
+        lines.append(f"unifl backend {name}: {state}{stand} - {pr.reason}")
+    lines.append(f"equivalence vectors: {'full (UNIFL_FULL=1)' if FULL else 'default'}")
+    return lines
+
+
+def random_odd_modulus(bits: int) -> int:
+    return secrets.randbits(bits) | (1 << (bits - 1)) | 1
+
+
+@functools.lru_cache(maxsize=None)
+def paillier_keypair(bits: int):
+    return unifl.paillier.keygen(bits)
+
+
+@functools.lru_cache(maxsize=None)
+def rsa_keypair(bits: int):
+    return unifl.rsa.keygen(bits)
+
+
+@pytest.fixture(scope="session")
+def pk_sk_1024():
+    return paillier_keypair(1024)
+
+
+@pytest.fixture(scope="session")
+def pk_sk_2048():
+    return paillier_keypair(2048)

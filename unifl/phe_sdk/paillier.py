@@ -1,0 +1,334 @@
+"""Paillier's cryptosystem with g = n + 1, batched on any backend.
+
+Math (Paillier 1999; the g = n + 1 simplification as in python-paillier):
+
+* encryption      c = g^m · r^n = (1 + m·n) · r^n  mod n²,  r uniform in Z_n*
+* decryption (CRT) m_p = L_p(c^(p-1) mod p²) · h_p mod p,  L_p(x) = (x − 1)/p,
+                   h_p = L_p(g^(p-1) mod p²)^-1 mod p  (same for q),  m = CRT(m_p, m_q)
+* homomorphisms   E(a)·E(b) = E(a + b),  E(a)^k = E(k·a)  (mod n²)
+
+Inside the SDK ciphertexts are batches of Montgomery-form limbs mod n² (see ``unifl.base_op``), so
+a chain of homomorphic operations enters and leaves the Montgomery domain once.  ``raw_encrypt`` /
+``raw_decrypt`` speak plain Python ints and are bit-compatible with python-paillier's functions of the
+same names for the same n, p, q (and the same r).
+
+Obfuscation factors r^n can be computed ahead of use (:meth:`PublicKey.precompute`), and the
+DJN-style fixed-base variant (:meth:`PublicKey.enable_fixed_base`) replaces r^n by hs^a with
+hs = h^n mod n² fixed in the key, h = −y² mod n for random y, and a short random exponent a of
+``exp_bits`` bits (n_bits/2 by default), computed from a precomputed comb table -- an order of
+magnitude fewer multiplications.  Its security rests on the short-exponent assumption of Damgård,
+Jurik and Nielsen (2010); it is a named option, never the default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import gmpy2
+import numpy as np
+
+from .. import base_op, mod_op
+from ..base_op import MontContext, from_limbs, mont_context, to_limbs
+from ..errors import InvalidKeyError, OperandError, WeakKeyError
+from ._util import pad_limbs, resolve_backend
+from .primes import random_below, random_prime
+
+DEFAULT_KEY_BITS = 2048
+MIN_KEY_BITS = 1024
+
+__all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS",
+           "encrypt_limbs", "decrypt_limbs", "FixedBase"]
+
+
+@dataclass(frozen=True, eq=False)
+class FixedBase:
+    """DJN fixed base: hs = h^n mod n² (Montgomery form), exponents of ``exp_bits`` bits, comb table of
+    ``window``-bit digits: table[j, d-1] = hs^(d·2^(window·j))."""
+
+    hs_mont: np.ndarray
+    exp_bits: int
+    window: int
+
+
+class PublicKey:
+    """A Paillier public key (n, g = n + 1)."""
+
+    def __init__(self, n: int) -> None:
+        n = int(n)
+        if n <= 0 or n % 2 == 0:
+            raise WeakKeyError("Paillier modulus n must be a positive odd integer (a product of two "
+                               "odd primes)")
+        if n.bit_length() < MIN_KEY_BITS:
+            raise WeakKeyError(f"Paillier key of {n.bit_length()} bits is below the minimum of "
+                               f"{MIN_KEY_BITS}; use {DEFAULT_KEY_BITS}")
+        if gmpy2.is_square(n) or gmpy2.is_prime(n, 25):
+            raise WeakKeyError("Paillier modulus n must be a product of two distinct primes")
+        self.n = n
+        self.g = n + 1
+        self.nsquare = n * n
+        self.bits = n.bit_length()
+        #: largest encoded magnitude; values in (max_int, n - max_int) signal overflow on decode
+        self.max_int = n // 3 - 1
+        self.n_ctx: MontContext = mont_context(n)
+        self.nsquare_ctx: MontContext = mont_context(self.nsquare)
+        self.fingerprint = hashlib.sha256(b"unifl-paillier-pk" + n.to_bytes(
+            (n.bit_length() + 7) // 8, "big")).hexdigest()[:32]
+        self.device_state: dict = {}
+        self.fixed_base: FixedBase | None = None
+        self._pool: list[np.ndarray] = []
+        self._pool_lock = threading.Lock()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PublicKey) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(("paillier", self.n))
+
+    def __repr__(self) -> str:
+        return f"<paillier.PublicKey {self.bits} bits, fingerprint {self.fingerprint[:12]}>"
+
+    # ---- plaintext checks
+    def plaintext_limbs(self, plaintexts: Sequence[int]) -> np.ndarray:
+        vals = [int(x) for x in plaintexts]
+        for x in vals:
+            if not 0 <= x < self.n:
+                raise OperandError("raw Paillier plaintexts must lie in [0, n)")
+        return to_limbs(vals, self.n_ctx.num_limbs)
+
+    # ---- randomness
+    def random_r(self, count: int) -> np.ndarray:
+        """``count`` obfuscation bases r uniform in Z_n* (CSPRNG), as limbs mod n."""
+        rs = random_below(self.n, count)
+        for r in rs:  # gcd(r, n) != 1 has probability ~2^-(bits/2); it would factor n
+            if math.gcd(r, self.n) != 1:
+                raise InvalidKeyError("random r shares a factor with n: the key is broken")
+        return to_limbs(rs, self.n_ctx.num_limbs)
+
+    # ---- obfuscation-factor pool (r^n computed ahead of use, each used once)
+    def precompute(self, count: int, backend=None) -> None:
+        """Compute ``count`` obfuscation factors r^n mod n² now (e.g. while idle), for later encryptions.
+
+        Each factor is consumed by exactly one encryption and then discarded.
+        """
+        be = resolve_backend(backend)
+        zeros = np.zeros((count, self.n_ctx.num_limbs), np.uint64)
+        obf = encrypt_limbs(be, self, zeros, use_pool=False)  # E(0) = r^n
+        with self._pool_lock:
+            self._pool.append(obf)
+
+    def pool_size(self) -> int:
+        with self._pool_lock:
+            return sum(len(x) for x in self._pool)
+
+    def _take_pool(self, count: int) -> np.ndarray | None:
+        with self._pool_lock:
+            if sum(len(x) for x in self._pool) < count:
+                return None
+            out, need = [], count
+            while need:
+                head = self._pool[0]
+                take = head[:need]
+                out.append(take)
+                need -= len(take)
+                if len(take) == len(head):
+                    self._pool.pop(0)
+                else:
+                    self._pool[0] = head[len(take):]
+            return np.concatenate(out)
+
+    # ---- DJN fixed base
+    def enable_fixed_base(self, window: int | None = None, exp_bits: int | None = None,
+                          backend=None) -> FixedBase:
+        """Switch encryption to the DJN fixed-base variant (see the module docstring).
+
+        Args:
+            window: comb digit width; the table holds ceil(exp_bits/window)·(2^window − 1) entries of
+                n²'s size (default 8 for keys >= 2048 bits, 10 below: ~14 MB at 1024 bits).
+            exp_bits: length of the random exponent a (default n_bits/2, DJN's recommendation).
+        """
+        be = resolve_backend(backend)
+        exp_bits = int(exp_bits or self.bits // 2)
+        if exp_bits < 256:
+            raise WeakKeyError("fixed-base exponents shorter than 256 bits are not safe")
+        window = int(window or (10 if self.bits < 2048 else 8))
+        y = random_below(self.n, 1)[0]
+        h = (-y * y) % self.n
+        ctx = self.nsquare_ctx
+        h_limbs = ctx.to_limbs([h])
+        hs_mont = base_op.to_mont(be, ctx, mod_op.mod_exp(be, ctx, h_limbs, mod_op.exp_limbs(self.n)))
+        self.fixed_base = FixedBase(hs_mont=hs_mont[0].copy(), exp_bits=exp_bits, window=window)
+        return self.fixed_base
+
+    def disable_fixed_base(self) -> None:
+        self.fixed_base = None
+
+    # ---- raw API (python-paillier compatible)
+    def raw_encrypt(self, plaintexts: Sequence[int], backend=None,
+                    r_values: Sequence[int] | None = None) -> list[int]:
+        """Ciphertexts (1 + m·n)·r^n mod n² of raw plaintexts m in [0, n), as Python ints.
+
+        With ``r_values`` given, the result equals python-paillier's ``raw_encrypt(m, r_value=r)``.
+        """
+        be = resolve_backend(backend)
+        m = self.plaintext_limbs(plaintexts)
+        r = None
+        if r_values is not None:
+            r_list = [int(v) for v in r_values]
+            if len(r_list) != len(m):
+                raise OperandError(f"{len(m)} plaintexts but {len(r_list)} r values")
+            r = self.n_ctx.to_limbs(r_list)
+        c_mont = encrypt_limbs(be, self, m, r=r)
+        return from_limbs(base_op.from_mont(be, self.nsquare_ctx, c_mont))
+
+    def ciphertext_limbs(self, ciphertexts: Sequence[int], backend=None) -> np.ndarray:
+        """Plain ciphertext ints (each in [0, n²)) to Montgomery-form limbs."""
+        be = resolve_backend(backend)
+        c = self.nsquare_ctx.to_limbs(ciphertexts)
+        return base_op.to_mont(be, self.nsquare_ctx, c)
+
+
+class PrivateKey:
+    """A Paillier private key: the primes p, q of n (with the CRT constants)."""
+
+    def __init__(self, p: int, q: int) -> None:
+        p, q = int(p), int(q)
+        if p == q:
+            raise WeakKeyError("Paillier primes p and q must differ")
+        for name, x in (("p", p), ("q", q)):
+            if x < 3 or not gmpy2.is_prime(x, 25):
+                raise WeakKeyError(f"Paillier factor {name} is not prime")
+        if q < p:  # python-paillier's convention: p is the smaller prime
+            p, q = q, p
+        self.public_key = PublicKey(p * q)
+        self.p, self.q = p, q
+        self.psquare, self.qsquare = p * p, q * q
+        self.psquare_ctx = mont_context(self.psquare)
+        self.qsquare_ctx = mont_context(self.qsquare)
+        n = self.public_key.n
+        # h_p = L_p(g^(p-1) mod p²)^-1 mod p with g = n + 1
+        self.hp = int(gmpy2.invert((pow(n + 1, p - 1, self.psquare) - 1) // p, p))
+        self.hq = int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q))
+        self.q_inverse = int(gmpy2.invert(q, p))
+        self.device_state: dict = {}
+
+    def __repr__(self) -> str:  # never shows the primes
+        return f"<paillier.PrivateKey for {self.public_key!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PrivateKey) and (other.p, other.q) == (self.p, self.q)
+
+    def __hash__(self) -> int:
+        return hash(("paillier-sk", self.p, self.q))
+
+    def raw_decrypt(self, ciphertexts: Sequence[int], backend=None) -> list[int]:
+        """Plaintexts in [0, n) of plain ciphertext ints (python-paillier's ``raw_decrypt``)."""
+        be = resolve_backend(backend)
+        c_mont = self.public_key.ciphertext_limbs(ciphertexts, be)
+        return from_limbs(decrypt_limbs(be, self, c_mont))
+
+
+def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
+    """A fresh key pair with n of exactly ``bits`` bits and primes of equal size (bits/2 each)."""
+    if bits < MIN_KEY_BITS or bits % 2:
+        raise WeakKeyError(f"Paillier key size must be even and >= {MIN_KEY_BITS}, got {bits}")
+    while True:
+        p = random_prime(bits // 2)
+        q = random_prime(bits // 2)
+        if p != q and (p * q).bit_length() == bits:
+            sk = PrivateKey(p, q)
+            return sk.public_key, sk
+
+
+# ------------------------------------------------------------------------ batched ops on limbs
+def _finish(be, pk: PublicKey, m: np.ndarray, obf_mont: np.ndarray) -> np.ndarray:
+    """c̄ = (1 + m·n)·obf in Montgomery form: MontMult(g^m, obf̄) = g^m·obf, then into the domain."""
+    ctx = pk.nsquare_ctx
+    gm = to_limbs([1 + x * pk.n for x in from_limbs(m)], ctx.num_limbs)
+    return base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, gm, obf_mont, checked=False))
+
+
+def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = None,
+                  use_pool: bool = True) -> np.ndarray:
+    """Encrypt raw plaintext limbs (N, Ln), each in [0, n), to Montgomery-form ciphertexts (N, L2).
+
+    Order of preference: explicit ``r``; the precomputed pool; the fixed-base variant when enabled;
+    fresh r^n.  Native fused ops are used when the backend has them.
+    """
+    be = resolve_backend(backend)
+    ctx = pk.nsquare_ctx
+    count = m.shape[0]
+    if count == 0:
+        return np.empty((0, ctx.num_limbs), np.uint64)
+    if r is None and use_pool:
+        obf = pk._take_pool(count)
+        if obf is not None:
+            return _finish(be, pk, m, obf)
+    if r is None and pk.fixed_base is not None:
+        fb = pk.fixed_base
+        a = to_limbs(random_below(1 << fb.exp_bits, count), -(-fb.exp_bits // 64))
+        if be.implements("paillier_encrypt_fixed_base"):
+            return be.op_paillier_encrypt_fixed_base(pk, m, a)
+        return _finish(be, pk, m, _fixed_base_obfuscators(be, pk, a))
+    if r is None:
+        r = pk.random_r(count)
+    if be.implements("paillier_encrypt"):
+        return be.op_paillier_encrypt(pk, m, r)
+    r_mont = base_op.to_mont(be, ctx, pad_limbs(r, ctx.num_limbs))
+    return _finish(be, pk, m, mod_op.mont_exp(be, ctx, r_mont, mod_op.exp_limbs(pk.n)))
+
+
+def _fixed_base_table(be, pk: PublicKey) -> np.ndarray:
+    """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key."""
+    fb = pk.fixed_base
+    key = ("fixed_base_table", be.name)
+    cached = pk.device_state.get(key)
+    if cached is not None and cached[0] is fb:
+        return cached[1]
+    ctx = pk.nsquare_ctx
+    nwin = -(-fb.exp_bits // fb.window)
+    per = (1 << fb.window) - 1
+    table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
+    base = fb.hs_mont[None, :].copy()
+    for j in range(nwin):
+        table[j, 0] = base[0]
+        for d in range(1, per):
+            table[j, d] = base_op.mont_mul(be, ctx, table[j, d - 1:d], base, checked=False)[0]
+        for _ in range(fb.window):
+            base = base_op.mont_mul(be, ctx, base, base, checked=False)
+    pk.device_state[key] = (fb, table)
+    return table
+
+
+def _fixed_base_obfuscators(be, pk: PublicKey, a: np.ndarray) -> np.ndarray:
+    """hs^a for each row of ``a``, as a grouped product of comb-table entries (Montgomery form)."""
+    from ..mod_op.compose import _digits
+    fb = pk.fixed_base
+    table = _fixed_base_table(be, pk)
+    nwin = table.shape[0]
+    digits = _digits(a, fb.window, nwin)[::-1]          # (nwin, N), least significant first
+    j_idx, rows = np.nonzero(digits)
+    entries = table[j_idx, digits[j_idx, rows] - 1]
+    return mod_op.mont_prod_groups(be, pk.nsquare_ctx, entries, rows, a.shape[0])
+
+
+def decrypt_limbs(backend, sk: PrivateKey, c_mont: np.ndarray) -> np.ndarray:
+    """Decrypt Montgomery-form ciphertexts (N, L2) to plaintext limbs (N, Ln) with the CRT."""
+    be = resolve_backend(backend)
+    pk = sk.public_key
+    if c_mont.shape[0] == 0:
+        return np.empty((0, pk.n_ctx.num_limbs), np.uint64)
+    if be.implements("paillier_decrypt"):
+        return be.op_paillier_decrypt(sk, c_mont)
+    c = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, c_mont))
+    halves = []
+    for prime, sq_ctx, h in ((sk.p, sk.psquare_ctx, sk.hp), (sk.q, sk.qsquare_ctx, sk.hq)):
+        x = mod_op.mod_exp(be, sq_ctx, sq_ctx.to_limbs([v % sq_ctx.m for v in c]),
+                           mod_op.exp_limbs(prime - 1))
+        halves.append([(v - 1) // prime * h % prime for v in from_limbs(x)])
+    p, q, qinv = sk.p, sk.q, sk.q_inverse
+    m = [mq + q * ((mp - mq) * qinv % p) for mp, mq in zip(*halves)]
+    return to_limbs(m, pk.n_ctx.num_limbs)

@@ -1,0 +1,152 @@
+"""Versioned, pickle-free serialization of keys and encrypted arrays.
+
+Keys are JSON objects with integers as hexadecimal strings::
+
+    {"unifl": 1, "kind": "paillier.public", "n": "c0ffee..."}
+
+Encrypted arrays are one binary frame (all integers little-endian)::
+
+    magic   4 bytes   b"UFLC"
+    version u16       FRAME_VERSION
+    flags   u16       reserved, 0
+    key fp  16 bytes  the first 16 bytes of the public key's SHA-256 fingerprint
+    scale   i32       scale_bits
+    ndim    u16, limbs u16  (L of n²)
+    shape   ndim × u64
+    bound   u32 length + that many bytes (the overflow bound, unsigned)
+    payload N × L × u64 ciphertexts, *plain* (not Montgomery) so any backend can read them
+    crc32   u32       over everything before it
+
+Decoding checks magic, version, length, checksum, key fingerprint and that every ciphertext lies in
+[1, n²), and raises :class:`~unifl.errors.SerializationError` or
+:class:`~unifl.errors.KeyMismatchError` naming the problem.  The CRC detects corruption, not
+tampering: an authenticated channel (mutual TLS) protects frames in transit.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import numpy as np
+
+from .. import base_op
+from ..base_op.limbs import less_than
+from ..errors import KeyMismatchError, SerializationError
+from . import paillier, rsa
+from ._util import resolve_backend
+from .array import EncryptedArray
+
+FORMAT_VERSION = 1
+FRAME_MAGIC = b"UFLC"
+FRAME_VERSION = 1
+_HEAD = struct.Struct("<4sHH16siHH")
+
+
+# ---------------------------------------------------------------- keys
+def _hex(v: int) -> str:
+    return format(int(v), "x")
+
+
+def _int(obj: dict, field: str) -> int:
+    try:
+        return int(obj[field], 16)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SerializationError(f"key JSON: field {field!r} missing or not a hex integer") from exc
+
+
+def key_to_json(key) -> str:
+    """A Paillier or RSA key (public or private) as a JSON string.  Private keys hold secrets:
+    store them like any private key file, never log them."""
+    if isinstance(key, paillier.PublicKey):
+        obj = {"kind": "paillier.public", "n": _hex(key.n)}
+    elif isinstance(key, paillier.PrivateKey):
+        obj = {"kind": "paillier.private", "p": _hex(key.p), "q": _hex(key.q)}
+    elif isinstance(key, rsa.PublicKey):
+        obj = {"kind": "rsa.public", "n": _hex(key.n), "e": _hex(key.e)}
+    elif isinstance(key, rsa.PrivateKey):
+        obj = {"kind": "rsa.private", "p": _hex(key.p), "q": _hex(key.q), "e": _hex(key.e)}
+    else:
+        raise TypeError(f"not a UniFL key: {type(key).__name__}")
+    return json.dumps({"unifl": FORMAT_VERSION, **obj})
+
+
+def key_from_json(text: str | bytes):
+    """Inverse of :func:`key_to_json`; validates the key (weak keys raise WeakKeyError)."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise SerializationError(f"key JSON does not parse: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise SerializationError("key JSON must be an object")
+    if obj.get("unifl") != FORMAT_VERSION:
+        raise SerializationError(f"key format version {obj.get('unifl')!r} is not supported "
+                                 f"(this UniFL reads version {FORMAT_VERSION})")
+    kind = obj.get("kind")
+    if kind == "paillier.public":
+        return paillier.PublicKey(_int(obj, "n"))
+    if kind == "paillier.private":
+        return paillier.PrivateKey(_int(obj, "p"), _int(obj, "q"))
+    if kind == "rsa.public":
+        return rsa.PublicKey(_int(obj, "n"), _int(obj, "e"))
+    if kind == "rsa.private":
+        return rsa.PrivateKey(_int(obj, "p"), _int(obj, "q"), _int(obj, "e"))
+    raise SerializationError(f"unknown key kind {kind!r}")
+
+
+# ---------------------------------------------------------------- encrypted arrays
+def array_to_bytes(arr: EncryptedArray) -> bytes:
+    """Serialize an encrypted array to one frame (see the module docstring)."""
+    pk = arr.public_key
+    ctx = pk.nsquare_ctx
+    plain = base_op.from_mont(arr.backend, ctx, arr.limbs)
+    bound = arr.bound.to_bytes(max(1, (arr.bound.bit_length() + 7) // 8), "little")
+    head = _HEAD.pack(FRAME_MAGIC, FRAME_VERSION, 0, bytes.fromhex(pk.fingerprint)[:16],
+                      arr.scale_bits, len(arr.shape), ctx.num_limbs)
+    body = (head + struct.pack(f"<{len(arr.shape)}Q", *arr.shape) + struct.pack("<I", len(bound))
+            + bound + plain.astype("<u8").tobytes())
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) -> EncryptedArray:
+    """Parse a frame produced by :func:`array_to_bytes` for ``public_key``."""
+    data = bytes(data)
+    if len(data) < _HEAD.size + 8:
+        raise SerializationError(f"ciphertext frame truncated: {len(data)} bytes")
+    magic, version, _flags, fp, scale, ndim, limbs = _HEAD.unpack_from(data)
+    if magic != FRAME_MAGIC:
+        raise SerializationError("not a UniFL ciphertext frame (bad magic)")
+    if version != FRAME_VERSION:
+        raise SerializationError(f"ciphertext frame version {version} is not supported "
+                                 f"(this UniFL reads version {FRAME_VERSION})")
+    body, crc = data[:-4], struct.unpack("<I", data[-4:])[0]
+    if zlib.crc32(body) != crc:
+        raise SerializationError("ciphertext frame corrupted or truncated (checksum mismatch)")
+    if fp != bytes.fromhex(public_key.fingerprint)[:16]:
+        raise KeyMismatchError("ciphertext frame was produced under another public key")
+    ctx = public_key.nsquare_ctx
+    if limbs != ctx.num_limbs:
+        raise SerializationError(f"frame has {limbs}-limb ciphertexts, key needs {ctx.num_limbs}")
+    off = _HEAD.size
+    try:
+        shape = struct.unpack_from(f"<{ndim}Q", data, off)
+        off += 8 * ndim
+        (blen,) = struct.unpack_from("<I", data, off)
+        off += 4
+        bound = int.from_bytes(data[off:off + blen], "little")
+        off += blen
+    except struct.error as exc:
+        raise SerializationError(f"ciphertext frame header truncated: {exc}") from exc
+    count = int(np.prod(shape, dtype=np.int64))
+    need = count * limbs * 8
+    if len(body) - off != need:
+        raise SerializationError(f"ciphertext frame payload has {len(body) - off} bytes, "
+                                 f"shape {tuple(shape)} needs {need}")
+    plain = np.frombuffer(body, dtype="<u8", count=count * limbs, offset=off).reshape(count, limbs)
+    plain = plain.astype(np.uint64)
+    if count and (not less_than(plain, ctx.m_limbs).all() or (~plain.any(axis=1)).any()):
+        raise SerializationError("ciphertext frame holds values outside [1, n²)")
+    be = resolve_backend(backend)
+    return EncryptedArray(public_key, base_op.to_mont(be, ctx, plain), tuple(shape), scale, bound,
+                          be)
