@@ -47,6 +47,7 @@ def test_rtl_montmul_bit_exact(bits: int, nvec: int, tmp_path: Path) -> None:
     result = tmp_path / "cycles.json"
     xml = runner.test(hdl_toplevel="unifl_montmul", test_module="test_unifl_montmul",
                       test_dir=RTL / "tb", build_dir=build,
+                      results_xml=str(tmp_path / "results.xml"),
                       extra_env={"UNIFL_TB_BITS": str(bits), "UNIFL_TB_VECTORS": str(nvec),
                                  "UNIFL_TB_RESULT": str(result),
                                  "PYTHONPATH": os.pathsep.join([str(RTL / "tb"), str(ROOT)])})

@@ -15,7 +15,8 @@ Options (the ``fpga:`` section of a party's YAML arrives here as keyword argumen
   non-PoCL device, else PoCL); env ``UNIFL_FPGA_PLATFORM`` / ``UNIFL_FPGA_DEVICE`` when not given;
 * ``binary``: a prebuilt ``.aocx`` / ``.xclbin`` / program binary holding ``montmul_L<n>`` kernels
   (built from ``kernels/all_sizes.cl``); ``None`` builds ``montmul.cl`` from source per limb count;
-* ``engines``: processing elements (work-items) per launch; ``mode``: ``"montmul"`` | ``"modexp"``;
+* ``engines``: processing elements (work-items) per launch; ``mode``: ``"montmul"`` | ``"modexp"``
+  (env ``UNIFL_FPGA_MODE`` when not given);
 * ``chunk`` (rows per transfer), ``in_flight`` (ring slots / queues), ``local_size``,
   ``build_options`` (extra OpenCL compiler flags), ``window`` (ModExp window, default by length).
 """
@@ -50,10 +51,11 @@ class FpgaBackend(Backend):
     native_ops = frozenset({"mont_mul"})
 
     def __init__(self, platform: str | None = None, device: str | None = None,
-                 binary: str | None = None, engines: int = 16, mode: str = "montmul",
+                 binary: str | None = None, engines: int = 16, mode: str | None = None,
                  chunk: int = 4096, in_flight: int = 3, local_size: int | None = 1,
                  build_options: str = "", window: int | None = None, **options: Any) -> None:
         super().__init__(**options)
+        mode = mode or os.environ.get("UNIFL_FPGA_MODE") or "montmul"
         if mode not in MODES:
             raise ConfigError(f"fpga.mode must be one of {MODES}, got {mode!r}")
         if int(engines) < 1:
