@@ -236,16 +236,22 @@ class ClRuntime:
         n, limbs = a.shape
         out = np.empty_like(a)
         knl = self.kernel("montmul", limbs)
+        # a squaring (the bulk of a ModExp's MontMults) uploads its operand once
+        square = b is a
         events = []
         for k, s in enumerate(range(0, n, self.chunk)):
             e = min(n, s + self.chunk)
             rows = e - s
             slot = self.slots[k % len(self.slots)]
             nbytes = rows * limbs * 8
-            da, db, do = (self._buf(slot, x, nbytes) for x in ("a", "b", "out"))
+            da, do = self._buf(slot, "a", nbytes), self._buf(slot, "out", nbytes)
             q = slot.queue
             cl.enqueue_copy(q, da, a[s:e], is_blocking=False)
-            cl.enqueue_copy(q, db, b[s:e], is_blocking=False)
+            if square:
+                db = da
+            else:
+                db = self._buf(slot, "b", nbytes)
+                cl.enqueue_copy(q, db, b[s:e], is_blocking=False)
             gsz, lsz = self._global(rows)
             knl(q, gsz, lsz, da, db, do, consts, np.uint64(n0), np.uint32(rows))
             events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
