@@ -60,3 +60,19 @@ def test_rtl_montmul_bit_exact(bits: int, nvec: int, tmp_path: Path) -> None:
     assert rep["cycles"] == [expected_cycles(d)], rep
     print(f"\nRTL MontMult {bits}-bit: {rep['vectors']} vectors bit-exact, "
           f"{rep['cycles'][0]} cycles per MontMult")
+
+
+def test_rtl_ocl_library_wrapper(tmp_path: Path) -> None:
+    """The OpenCL RTL-library wrapper (1024-bit) around the engine, per-call modulus, bit-exact."""
+    runner = _runner()
+    build = tmp_path / "sim_build"
+    runner.build(sources=[RTL / "unifl_montmul.v", RTL / "ocl_lib" / "unifl_mm1024_ocl.v"],
+                 hdl_toplevel="unifl_mm1024_ocl", build_dir=build, timescale=("1ns", "1ps"))
+    xml = runner.test(hdl_toplevel="unifl_mm1024_ocl", test_module="test_ocl_wrapper",
+                      test_dir=RTL / "tb", build_dir=build,
+                      results_xml=str(tmp_path / "results.xml"),
+                      extra_env={"UNIFL_TB_VECTORS": "12",
+                                 "PYTHONPATH": os.pathsep.join([str(RTL / "tb"), str(ROOT)])})
+    from cocotb_tools.runner import get_results
+    total, failed = get_results(xml)
+    assert total == 1 and failed == 0
