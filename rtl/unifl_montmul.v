@@ -1,7 +1,7 @@
 `timescale 1ns/1ps
 // UniFL MontMult engine: word-serial radix-2^W Montgomery multiplication (FLASH Algorithm 1, CIOS
 // in its merged "one pass per word of b" form), Z = A * B * 2^(-W*D) mod M, bit-exact with
-// unifl.base_op.mont_mul_ref when W = 64 and D = ceil(bits(M)/64).
+// unifl.base_op.mont_mul_ref when W*D = 64*ceil(bits(M)/64) (e.g. W = 64, D = ceil(bits/64)).
 //
 // Micro-architecture (one engine; an FPGA replicates it, FLASH fit 300 on a VU13P):
 //  * two full W x W multipliers: Mul 1 computes A[j]*B[i], Mul 2 computes q_i*M[j], one word step j

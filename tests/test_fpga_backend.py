@@ -237,3 +237,13 @@ def test_squaring_uploads_once():
     from unifl.base_op import from_limbs
     assert from_limbs(out) == [mont_mul_ref(x, x, m) for x in vals]
     assert all("b" not in slot.bufs for slot in be.runtime.slots)
+
+
+def test_without_pyopencl_the_probe_says_how_to_get_it():
+    """`import unifl` never needs pyopencl; the probe names what is missing."""
+    code = ("import sys; sys.modules['pyopencl'] = None\n"
+            "import unifl\nfrom unifl.backends import registry\n"
+            "pr = registry.probe('fpga'); print(pr.available, pr.reason)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("False") and "pyopencl is not installed" in out.stdout, out

@@ -17,8 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RTL = ROOT / "rtl"
 
-# (bits, random vectors for the main random modulus) -- sized to keep CI under ~1 minute
-SIZES = [(256, 400), (1024, 60), (2048, 20)]
+# (bits, word width W, random vectors for the main random modulus) -- sized to keep CI under ~1 min;
+# W = 32 at 256 bits checks the parameterisation (same R = 2^256, so the same reference)
+SIZES = [(256, 64, 400), (256, 32, 100), (1024, 64, 60), (2048, 64, 20)]
 
 
 def _runner():
@@ -37,13 +38,13 @@ def expected_cycles(d: int) -> int:
     return 2 + d * p + 1 + d + 1 + (1 if p == d else 0)
 
 
-@pytest.mark.parametrize("bits,nvec", SIZES)
-def test_rtl_montmul_bit_exact(bits: int, nvec: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("bits,w,nvec", SIZES)
+def test_rtl_montmul_bit_exact(bits: int, w: int, nvec: int, tmp_path: Path) -> None:
     runner = _runner()
-    d = bits // 64
+    d = bits // w
     build = tmp_path / "sim_build"
     runner.build(sources=[RTL / "unifl_montmul.v"], hdl_toplevel="unifl_montmul",
-                 parameters={"W": 64, "D": d}, build_dir=build, timescale=("1ns", "1ps"))
+                 parameters={"W": w, "D": d}, build_dir=build, timescale=("1ns", "1ps"))
     result = tmp_path / "cycles.json"
     xml = runner.test(hdl_toplevel="unifl_montmul", test_module="test_unifl_montmul",
                       test_dir=RTL / "tb", build_dir=build,
@@ -58,7 +59,7 @@ def test_rtl_montmul_bit_exact(bits: int, nvec: int, tmp_path: Path) -> None:
     assert rep["vectors"] >= nvec
     # the engine's latency is data-independent (constant-time) and matches the schedule
     assert rep["cycles"] == [expected_cycles(d)], rep
-    print(f"\nRTL MontMult {bits}-bit: {rep['vectors']} vectors bit-exact, "
+    print(f"\nRTL MontMult {bits}-bit (W={w}): {rep['vectors']} vectors bit-exact, "
           f"{rep['cycles'][0]} cycles per MontMult")
 
 
