@@ -39,12 +39,16 @@ if os.environ.get("UNIFL_NO_NATIVE") != "1":
         extra_link_args=_libcrypto_link_args(),
     ))
 
+# ---- fpga backend (issue 3): its OpenCL C kernels are package data, built at run time ----------
+FPGA_PACKAGE_DATA = ["backends/fpga/kernels/*.cl"]
+# ------------------------------------------------------------------------------------------------
+
 setup(
     name="unifl",
     version="0.1.0",
     description="Unified heterogeneous acceleration of the cryptography of cross-silo federated learning",
     packages=find_packages(include=["unifl", "unifl.*"]),
-    package_data={"unifl": ["configs/*.yaml", "backends/*/src/*", "app/data/*"]},
+    package_data={"unifl": ["configs/*.yaml", "backends/*/src/*", "app/data/*"] + FPGA_PACKAGE_DATA},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "gmpy2>=2.1", "pyyaml>=6", "pydantic>=2", "rich>=13",
                       "typer>=0.9", "tqdm>=4"],

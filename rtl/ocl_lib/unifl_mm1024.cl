@@ -1,0 +1,20 @@
+/* Emulation model (C model) of the RTL library function unifl_mm1024: the same MontMult as the RTL
+ * engine, written in OpenCL C, used by the emulator and by any device without the RTL.  It is the
+ * fpga backend's own word-serial CIOS (montmul.cl compiled with L = 16 and UNIFL_MM_ONLY), so the
+ * RTL, the emulation model and the software reference are three implementations of one function
+ * that the tests compare bit for bit.  Build with -I <repo>/unifl/backends/fpga/kernels. */
+#define L 16
+#define UNIFL_MM_ONLY
+#include "montmul.cl"
+#undef UNIFL_MM_ONLY
+#undef L
+
+ulong16 unifl_mm1024(ulong16 a, ulong16 b, ulong16 m, ulong n0)
+{
+    ulong x[16], y[16], mod[16], z[16];
+    vstore16(a, 0, x);
+    vstore16(b, 0, y);
+    vstore16(m, 0, mod);
+    mm_L16(x, y, z, mod, n0);
+    return vload16(0, z);
+}

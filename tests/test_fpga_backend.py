@@ -1,0 +1,249 @@
+"""The ``fpga`` backend on whatever OpenCL device is present (PoCL on the CPU here and in CI):
+bit-exactness against the ``cpu`` reference in both modes, the buffer ring, the prebuilt-binary path,
+the RTL library's emulation model, and the refusals (no platform, wrong binary, build errors)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import unifl
+from unifl.base_op.montgomery import mont_mul_ref
+from unifl.errors import BackendUnavailable, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fpga(**opts):
+    pr = unifl.backends.registry.probe("fpga")
+    if not pr.available:
+        pytest.skip(f"fpga backend unavailable: {pr.reason}")
+    return unifl.backend("fpga", **opts)
+
+
+@pytest.fixture(scope="module", params=["montmul", "modexp"])
+def fpga(request):
+    return _fpga(mode=request.param)
+
+
+def _modulus(bits: int) -> int:
+    return (1 << (bits - 1)) | secrets.randbits(bits - 1) | 1
+
+
+def _operands(m: int, n: int) -> tuple[list[int], list[int]]:
+    edges_a = [0, 1, m - 1, m - 1, m - 2, (1 << 64) % m]
+    edges_b = [m - 1, m - 1, m - 1, 1, m - 1, m - 1]
+    a = edges_a + [secrets.randbelow(m) for _ in range(n)]
+    b = edges_b + [secrets.randbelow(m) for _ in range(n)]
+    return a, b
+
+
+SIZES = [64, 65, 127, 256, 512, 1000, 1024, 2048, 3072, 4096]
+
+
+@pytest.mark.parametrize("bits", SIZES)
+def test_mont_mul_matches_cpu(fpga, bits):
+    cpu = unifl.backend("cpu")
+    for m in (_modulus(bits), (1 << bits) - 1):
+        a, b = _operands(m, 40)
+        got = fpga.mont_mul(a, b, m)
+        assert got == cpu.mont_mul(a, b, m)
+        assert got == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+
+
+@pytest.mark.parametrize("bits", [64, 256, 1024, 2048])
+def test_mod_mul_and_mod_exp_match_cpu(fpga, bits):
+    cpu = unifl.backend("cpu")
+    m = _modulus(bits)
+    a, b = _operands(m, 12)
+    assert fpga.mod_mul(a, b, m) == cpu.mod_mul(a, b, m)
+    exps = [secrets.randbits(bits) for _ in a]
+    exps[0], exps[1], exps[2] = 0, 1, (1 << (bits + 70)) - 1   # zero, one, longer than m
+    assert fpga.mod_exp(a, exps, m) == [pow(x, e, m) for x, e in zip(a, exps)]
+    for e in (0, 1, 2, 65537, m - 2):                          # shared exponents
+        assert fpga.mod_exp(a, e, m) == [pow(x, e, m) for x in a]
+
+
+def test_mod_exp_4096_shared(fpga):
+    m = _modulus(4096)
+    a = [secrets.randbelow(m) for _ in range(4)]
+    e = secrets.randbits(1024)
+    assert fpga.mod_exp(a, e, m) == [pow(x, e, m) for x in a]
+
+
+def test_implements_reflects_mode():
+    assert not _fpga(mode="montmul").implements("mont_exp")
+    be = _fpga(mode="modexp")
+    assert be.implements("mont_exp") and be.implements("mont_mul")
+    assert not be.implements("mod_exp")     # composed: to_mont, device loop, from_mont
+
+
+def test_ring_of_chunks_and_engines():
+    """Many chunks through 2 ring slots, an odd engine count and local size: same results."""
+    be = _fpga(chunk=7, in_flight=2, engines=5, local_size=2, mode="modexp")
+    m = _modulus(256)
+    a, b = _operands(m, 60)
+    assert be.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    exps = [secrets.randbits(200) for _ in a]
+    assert be.mod_exp(a, exps, m) == [pow(x, e, m) for x, e in zip(a, exps)]
+
+
+def test_window_option():
+    be = _fpga(mode="modexp", window=1)
+    m = _modulus(512)
+    a = [secrets.randbelow(m) for _ in range(5)]
+    e = [secrets.randbits(300) for _ in a]
+    assert be.mod_exp(a, e, m) == [pow(x, y, m) for x, y in zip(a, e)]
+
+
+def test_limb_arrays_and_device_state():
+    """The limb-level op: constants cached once per context, results (N, L) uint64."""
+    from unifl.base_op import mont_context, mont_mul
+    be = _fpga()
+    m = _modulus(1024)
+    ctx = mont_context(m)
+    a = ctx.to_limbs([secrets.randbelow(m) for _ in range(9)])
+    out = mont_mul(be, ctx, a, a)
+    assert out.dtype == np.uint64 and out.shape == a.shape
+    keys = [k for k in ctx.device_state if k.startswith("fpga")]
+    assert len(keys) == 1
+    mont_mul(be, ctx, a, a)
+    assert [k for k in ctx.device_state if k.startswith("fpga")] == keys
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="mode"):
+        _fpga(mode="bogus")
+    with pytest.raises(ConfigError, match="engines"):
+        _fpga(engines=0)
+
+
+def test_platform_not_present_is_named():
+    _fpga()
+    with pytest.raises(BackendUnavailable, match="Intel\\(R\\) FPGA SDK"):
+        unifl.backend("fpga", platform="Intel(R) FPGA SDK")
+
+
+def test_prebuilt_binary_path(tmp_path):
+    """all_sizes.cl compiled to a program binary on this device, then loaded with
+    cl.Program(ctx, [dev], [binary]) -- the same path a .aocx / .xclbin takes."""
+    _fpga()
+    from unifl.backends.fpga.runtime import FpgaBuildError, compile_binary
+    path = tmp_path / "kernels.bin"
+    names = compile_binary(str(path))
+    assert "montmul_L16" in names and "mont_exp_L32" in names
+    for mode in ("montmul", "modexp"):
+        be = unifl.backend("fpga", binary=str(path), mode=mode)
+        assert be.runtime.binary_sizes() == [4, 8, 16, 32, 64]
+        for bits in (1024, 2048):
+            m = _modulus(bits)
+            a, b = _operands(m, 10)
+            assert be.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+            assert be.mod_exp(a, 65537, m) == [pow(x, 65537, m) for x in a]
+    m = _modulus(192)                          # 3 limbs: not in the binary
+    with pytest.raises(FpgaBuildError, match="montmul_L3.*limb counts \\[4, 8, 16, 32, 64\\]"):
+        be.mont_mul([1], [2], m)
+
+
+def test_wrong_binary_is_refused_with_reason(tmp_path):
+    _fpga()
+    bad = tmp_path / "kernels.aocx"
+    bad.write_bytes(b"this is not a program binary" * 10)
+    with pytest.raises(BackendUnavailable, match="kernels.aocx.*rejected"):
+        unifl.backend("fpga", binary=str(bad))
+    with pytest.raises(BackendUnavailable, match="cannot be read"):
+        unifl.backend("fpga", binary=str(tmp_path / "missing.xclbin"))
+
+
+def test_build_error_shows_build_log():
+    be = _fpga(build_options="-DL=-1")
+    with pytest.raises(BackendUnavailable) as info:
+        be.mont_mul([3], [5], _modulus(320))
+    msg = str(info.value)
+    assert "build log" in msg and "error" in msg and "-DL=5" in msg
+
+
+def test_rtl_emulation_model_as_binary(tmp_path):
+    """rtl/ocl_lib: the RTL library's emulation model + the kernel built on it, compiled here into a
+    binary and loaded as fpga.binary: a drop-in montmul_L16, bit-exact."""
+    _fpga()
+    import pyopencl as cl
+    from unifl.backends.fpga.runtime import kernel_dir
+    be0 = _fpga()
+    src = ((ROOT / "rtl/ocl_lib/unifl_mm1024.cl").read_text() + "\n"
+           + (ROOT / "rtl/ocl_lib/montmul_rtl_kernel.cl").read_text())
+    ctx = cl.Context([be0.runtime.device])
+    prog = cl.Program(ctx, src).build(options=[f"-I{kernel_dir()}"])
+    path = tmp_path / "rtl_lib.bin"
+    path.write_bytes(prog.get_info(cl.program_info.BINARIES)[0])
+    be = unifl.backend("fpga", binary=str(path))
+    assert be.runtime.binary_sizes() == [16]
+    m = _modulus(1024)
+    a, b = _operands(m, 30)
+    assert be.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+
+
+def test_probe_without_platform_refuses(monkeypatch):
+    """No OpenCL platform: probe says so and unifl.backend('fpga') raises BackendUnavailable."""
+    from unifl.backends import registry
+    from unifl.backends.fpga import runtime
+
+    class NoCl:
+        class Error(Exception):
+            pass
+
+        @staticmethod
+        def get_platforms():
+            raise NoCl.Error("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
+
+    monkeypatch.setattr(runtime, "import_cl", lambda: NoCl)
+    monkeypatch.delitem(registry._probes, "fpga", raising=False)
+    monkeypatch.delitem(registry._instances, "fpga", raising=False)
+    pr = registry.probe("fpga")
+    assert not pr.available and "no OpenCL platform" in pr.reason
+    with pytest.raises(BackendUnavailable, match="no OpenCL platform.*PLATFORM_NOT_FOUND"):
+        unifl.backend("fpga")
+    monkeypatch.delitem(registry._probes, "fpga", raising=False)
+
+
+def test_no_icd_in_a_fresh_process(tmp_path):
+    """A real process whose ICD loader finds nothing (empty OCL_ICD_VENDORS) gets a clear refusal."""
+    code = ("import unifl\n"
+            "try:\n    unifl.backend('fpga')\nexcept unifl.BackendUnavailable as e:\n"
+            "    print('REFUSED', e)\nelse:\n    print('AVAILABLE')\n")
+    env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path), PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120).stdout
+    if "AVAILABLE" in out:
+        pytest.skip("an OpenCL ICD is bundled with pyopencl here; cannot hide every platform")
+    assert "REFUSED" in out and "OpenCL" in out, out
+
+
+def test_squaring_uploads_once():
+    """b is a: the kernel reads one device buffer for both operands; results stay exact."""
+    from unifl.base_op import mont_context, mont_mul
+    be = _fpga(chunk=5)
+    m = _modulus(2048)
+    ctx = mont_context(m)
+    vals = [secrets.randbelow(m) for _ in range(13)] + [m - 1]
+    a = ctx.to_limbs(vals)
+    out = mont_mul(be, ctx, a, a)
+    from unifl.base_op import from_limbs
+    assert from_limbs(out) == [mont_mul_ref(x, x, m) for x in vals]
+    assert all("b" not in slot.bufs for slot in be.runtime.slots)
+
+
+def test_without_pyopencl_the_probe_says_how_to_get_it():
+    """`import unifl` never needs pyopencl; the probe names what is missing."""
+    code = ("import sys; sys.modules['pyopencl'] = None\n"
+            "import unifl\nfrom unifl.backends import registry\n"
+            "pr = registry.probe('fpga'); print(pr.available, pr.reason)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("False") and "pyopencl is not installed" in out.stdout, out

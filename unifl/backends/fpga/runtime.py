@@ -1,0 +1,315 @@
+"""OpenCL host runtime of the ``fpga`` backend (PyOpenCL).
+
+What runs on the device is the BASE OP only (MontMult, ``montmul_L<n>``) and, in ``mode="modexp"``,
+the FLASH-style exponentiation loop over it (``mont_exp_L<n>``); see ``kernels/montmul.cl``.
+
+Two ways to get a program, chosen by the ``binary`` option:
+
+* build from source (any OpenCL 1.2 device, PoCL on the CPU here): ``montmul.cl`` compiled with
+  ``-DL=<limbs>`` the first time a modulus of that limb count is seen, cached per limb count;
+* a prebuilt binary (``.aocx`` for Intel FPGA, ``.xclbin`` for Xilinx, or any program binary the
+  device accepts), loaded with ``cl.Program(ctx, [device], [bytes])``: built offline from
+  ``kernels/all_sizes.cl``, it carries ``montmul_L<n>`` for a fixed list of limb counts.
+
+Batches are cut in chunks that cycle through a ring of device buffer sets, one in-order command queue
+per slot, so the upload of chunk k+1 overlaps the kernel of chunk k and the download of chunk k-1
+(the HLS paper's §3.3 overlap of transfer and compute).  pyopencl is imported lazily.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ...errors import BackendUnavailable
+
+KERNEL_DIR_PACKAGE = "unifl.backends.fpga"
+#: The stand-in we run on when no FPGA is present.
+POCL_NAMES = ("portable computing language", "pocl")
+
+
+class FpgaBuildError(BackendUnavailable):
+    """The OpenCL program could not be built or loaded (bad binary, compiler error, missing size).
+    The message carries the device's build log."""
+
+
+def kernel_dir() -> str:
+    """Folder holding ``montmul.cl`` and ``all_sizes.cl`` (shipped as package data)."""
+    return str(resources.files(KERNEL_DIR_PACKAGE).joinpath("kernels"))
+
+
+def kernel_source() -> str:
+    with open(os.path.join(kernel_dir(), "montmul.cl"), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def import_cl():
+    """pyopencl, or BackendUnavailable saying how to get it."""
+    try:
+        import pyopencl as cl  # noqa: PLC0415 - optional dependency, imported lazily
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"pyopencl is not installed ({exc}); `pip install pyopencl` and an OpenCL driver "
+            "(for a CPU stand-in: `pip install pocl-binary-distribution`)") from exc
+    return cl
+
+
+def list_devices() -> list[tuple[Any, Any]]:
+    """All (platform, device) pairs the ICD loader sees; BackendUnavailable when there are none."""
+    cl = import_cl()
+    try:
+        platforms = cl.get_platforms()
+    except Exception as exc:  # noqa: BLE001 - pyopencl raises cl.LogicError/RuntimeError here
+        raise BackendUnavailable(
+            "no OpenCL platform: the ICD loader found none (looked in /etc/OpenCL/vendors, "
+            f"OCL_ICD_VENDORS and pyopencl's bundled ICDs; {exc})") from exc
+    pairs = []
+    for p in platforms:
+        try:
+            pairs.extend((p, d) for d in p.get_devices())
+        except Exception:  # noqa: BLE001,S112 - a platform without devices is skipped
+            continue
+    if not pairs:
+        raise BackendUnavailable("no OpenCL platform with a device: platforms found "
+                                 f"{[p.name for p in platforms]} but none lists a device")
+    return pairs
+
+
+def is_pocl(platform) -> bool:
+    return any(s in platform.name.lower() for s in POCL_NAMES)
+
+
+def select_device(platform: str | None = None, device: str | None = None):
+    """The first (platform, device) whose names contain the given substrings (case-insensitive).
+
+    With no names, a non-PoCL platform (a real accelerator) is preferred over PoCL.
+    """
+    pairs = list_devices()
+    cand = [(p, d) for p, d in pairs
+            if (platform is None or platform.lower() in p.name.lower())
+            and (device is None or device.lower() in d.name.lower())]
+    if not cand:
+        seen = "; ".join(f"platform {p.name!r} device {d.name!r}" for p, d in pairs)
+        raise BackendUnavailable(
+            f"OpenCL platform {platform or '*'!r} with device {device or '*'!r} not present "
+            f"(seen: {seen})")
+    cand.sort(key=lambda pd: is_pocl(pd[0]))  # stable: real hardware first
+    return cand[0]
+
+
+@dataclass
+class _Slot:
+    """One set of device buffers of the ring, with its own in-order queue."""
+
+    queue: Any
+    bufs: dict = field(default_factory=dict)     # name -> (buffer, nbytes)
+
+
+class ClRuntime:
+    """Context, programs per limb count, buffer ring and the two kernel launches."""
+
+    def __init__(self, platform: str | None = None, device: str | None = None,
+                 binary: str | None = None, engines: int = 16, chunk: int = 4096,
+                 in_flight: int = 3, local_size: int | None = 1,
+                 build_options: str = "") -> None:
+        cl = self.cl = import_cl()
+        self.platform, self.device = select_device(platform, device)
+        self.stand_in = ("PoCL (OpenCL on the CPU)" if is_pocl(self.platform) else None)
+        self.engines = max(1, int(engines))
+        self.chunk = max(1, int(chunk))
+        self.local_size = local_size
+        self.build_options = build_options
+        try:
+            self.ctx = cl.Context([self.device])
+        except cl.Error as exc:
+            raise BackendUnavailable(f"cannot open OpenCL device {self.device.name!r}: {exc}"
+                                     ) from exc
+        self.slots = [_Slot(cl.CommandQueue(self.ctx)) for _ in range(max(1, int(in_flight)))]
+        self.binary_path = binary
+        self._programs: dict[int, Any] = {}
+        self._binary_program = None
+        self._kernels: dict[tuple[str, int], Any] = {}
+        if binary is not None:
+            self._binary_program = self._load_binary(binary)
+
+    def describe(self) -> str:
+        return f"{self.platform.name.strip()} / {self.device.name.strip()}"
+
+    # ---- programs ---------------------------------------------------------------------------
+    def _build_log(self, prog) -> str:
+        try:
+            return str(prog.get_build_info(self.device, self.cl.program_build_info.LOG)).strip()
+        except Exception:  # noqa: BLE001 - the log itself may be unavailable
+            return ""
+
+    def _load_binary(self, path: str):
+        cl = self.cl
+        try:
+            with open(path, "rb") as fh:
+                blob = fh.read()
+        except OSError as exc:
+            raise FpgaBuildError(f"fpga.binary {path!r} cannot be read: {exc}") from exc
+        prog = None
+        try:
+            prog = cl.Program(self.ctx, [self.device], [blob])
+            prog.build(options=self.build_options or [])
+        except cl.Error as exc:
+            log = self._build_log(prog) if prog is not None else ""
+            raise FpgaBuildError(
+                f"fpga.binary {path!r} was rejected by {self.describe()}: {exc}"
+                + (f"\n--- build log ---\n{log}" if log else "")) from exc
+        return prog
+
+    def binary_sizes(self) -> list[int]:
+        """Limb counts the loaded prebuilt binary carries (from its kernel names)."""
+        if self._binary_program is None:
+            return []
+        names = str(self._binary_program.get_info(self.cl.program_info.KERNEL_NAMES)).split(";")
+        return sorted(int(n.rsplit("_L", 1)[1]) for n in names if n.startswith("montmul_L"))
+
+    def _program(self, limbs: int):
+        if self._binary_program is not None:
+            return self._binary_program
+        prog = self._programs.get(limbs)
+        if prog is None:
+            cl = self.cl
+            opts = [f"-DL={limbs}"] + (self.build_options.split() if self.build_options else [])
+            prog = cl.Program(self.ctx, kernel_source())
+            try:
+                prog.build(options=opts)
+            except cl.Error as exc:
+                raise FpgaBuildError(
+                    f"building montmul.cl with {' '.join(opts)} failed on {self.describe()}:\n"
+                    f"{exc}\n--- build log ---\n{self._build_log(prog)}") from exc
+            self._programs[limbs] = prog
+        return prog
+
+    def kernel(self, name: str, limbs: int):
+        key = (name, limbs)
+        k = self._kernels.get(key)
+        if k is None:
+            prog = self._program(limbs)
+            full = f"{name}_L{limbs}"
+            try:
+                k = getattr(prog, full)
+            except (AttributeError, self.cl.Error) as exc:
+                have = self.binary_sizes()
+                raise FpgaBuildError(
+                    f"kernel {full} ({64 * limbs}-bit moduli) is not in fpga.binary "
+                    f"{self.binary_path!r}, which carries limb counts {have}; add L={limbs} to "
+                    "all_sizes.cl and rebuild it") from exc
+            self._kernels[key] = k
+        return k
+
+    # ---- constants of one modulus ------------------------------------------------------------
+    def upload_constants(self, m_limbs: np.ndarray, r_mod_limbs: np.ndarray):
+        """[m, R mod m] as one read-only buffer: uploaded once per Montgomery context."""
+        cl = self.cl
+        host = np.ascontiguousarray(np.concatenate([m_limbs, r_mod_limbs]).astype(np.uint64))
+        return cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+
+    # ---- launches ----------------------------------------------------------------------------
+    def _buf(self, slot: _Slot, name: str, nbytes: int):
+        """Slot buffer ``name`` of at least ``nbytes`` (grown, never shrunk: reused as a ring)."""
+        cur = slot.bufs.get(name)
+        if cur is None or cur[1] < nbytes:
+            cur = (self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, max(8, nbytes)),
+                   max(8, nbytes))
+            slot.bufs[name] = cur
+        return cur[0]
+
+    def _global(self, rows: int) -> tuple[tuple[int], tuple[int] | None]:
+        g = min(self.engines, rows)
+        if self.local_size:
+            ls = max(1, min(int(self.local_size), g))
+            g = -(-g // ls) * ls
+            return (g,), (ls,)
+        return (g,), None
+
+    def mont_mul(self, consts, n0: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """out = a·b·R^-1 mod m, chunked through the buffer ring (uploads overlap compute)."""
+        cl = self.cl
+        n, limbs = a.shape
+        out = np.empty_like(a)
+        knl = self.kernel("montmul", limbs)
+        # a squaring (the bulk of a ModExp's MontMults) uploads its operand once
+        square = b is a
+        events = []
+        for k, s in enumerate(range(0, n, self.chunk)):
+            e = min(n, s + self.chunk)
+            rows = e - s
+            slot = self.slots[k % len(self.slots)]
+            nbytes = rows * limbs * 8
+            da, do = self._buf(slot, "a", nbytes), self._buf(slot, "out", nbytes)
+            q = slot.queue
+            cl.enqueue_copy(q, da, a[s:e], is_blocking=False)
+            if square:
+                db = da
+            else:
+                db = self._buf(slot, "b", nbytes)
+                cl.enqueue_copy(q, db, b[s:e], is_blocking=False)
+            gsz, lsz = self._global(rows)
+            knl(q, gsz, lsz, da, db, do, consts, np.uint64(n0), np.uint32(rows))
+            events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
+        cl.wait_for_events(events)
+        return out
+
+    def mont_exp(self, consts, n0: int, base: np.ndarray, exps: np.ndarray, ebits: int,
+                 window: int) -> np.ndarray:
+        """out = x̄^e (Montgomery form) with the whole exponentiation on the device: one launch
+        per chunk instead of ~1.2·ebits MontMult launches."""
+        cl = self.cl
+        n, limbs = base.shape
+        le = exps.shape[1]
+        shared = exps.shape[0] == 1
+        out = np.empty_like(base)
+        knl = self.kernel("mont_exp", limbs)
+        events = []
+        for k, s in enumerate(range(0, n, self.chunk)):
+            e = min(n, s + self.chunk)
+            rows = e - s
+            slot = self.slots[k % len(self.slots)]
+            gsz, lsz = self._global(rows)
+            dx = self._buf(slot, "a", rows * limbs * 8)
+            do = self._buf(slot, "out", rows * limbs * 8)
+            ex = exps if shared else exps[s:e]
+            de = self._buf(slot, "exp", ex.size * 8)
+            scratch = self._buf(slot, "table", gsz[0] * (1 << window) * limbs * 8)
+            q = slot.queue
+            cl.enqueue_copy(q, dx, base[s:e], is_blocking=False)
+            cl.enqueue_copy(q, de, np.ascontiguousarray(ex), is_blocking=False)
+            knl(q, gsz, lsz, dx, de, do, scratch, consts, np.uint64(n0), np.uint32(rows),
+                np.uint32(le), np.uint32(0 if shared else le), np.uint32(ebits),
+                np.uint32(window))
+            events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
+        cl.wait_for_events(events)
+        return out
+
+
+def compile_binary(out_path: str, platform: str | None = None, device: str | None = None,
+                   build_options: str = "") -> list[str]:
+    """Build ``all_sizes.cl`` on the selected device and write its program binary to ``out_path``.
+
+    On an FPGA the binary comes from the vendor's offline compiler instead (aoc / v++); this helper
+    produces the same kind of artefact for any OpenCL device (PoCL here), so the prebuilt-binary path
+    is exercised end to end.  Returns the kernel names the binary carries.
+    """
+    cl = import_cl()
+    _, dev = select_device(platform, device)
+    ctx = cl.Context([dev])
+    with open(os.path.join(kernel_dir(), "all_sizes.cl"), encoding="utf-8") as fh:
+        src = fh.read()
+    prog = cl.Program(ctx, src)
+    opts = [f"-I{kernel_dir()}"] + (build_options.split() if build_options else [])
+    try:
+        prog.build(options=opts)
+    except cl.Error as exc:
+        raise FpgaBuildError(f"building all_sizes.cl failed: {exc}") from exc
+    blob = prog.get_info(cl.program_info.BINARIES)[0]
+    with open(out_path, "wb") as fh:
+        fh.write(blob)
+    return str(prog.get_info(cl.program_info.KERNEL_NAMES)).split(";")
