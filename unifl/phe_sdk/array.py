@@ -183,10 +183,13 @@ class EncryptedArray:
             scale = max(self.scale_bits, other.scale_bits)
             a, b = self._rescale(scale), other._rescale(scale)
             out_shape = np.broadcast_shapes(a.shape, b.shape)
-            ia = np.broadcast_to(a._index_grid(), out_shape).reshape(-1)
-            ib = np.broadcast_to(b._index_grid(), out_shape).reshape(-1)
             bound = encoding.check_bound(a.bound + b.bound, pk.max_int, "sum")
-            limbs = base_op.mont_mul(be, ctx, a.limbs[ia], b.limbs[ib], checked=False)
+            if a.shape == b.shape:  # no broadcasting: no gather copies
+                la, lb = a.limbs, b.limbs
+            else:
+                la = a.limbs[np.broadcast_to(a._index_grid(), out_shape).reshape(-1)]
+                lb = b.limbs[np.broadcast_to(b._index_grid(), out_shape).reshape(-1)]
+            limbs = base_op.mont_mul(be, ctx, la, lb, checked=False)
             return EncryptedArray(pk, limbs, out_shape, scale, bound, be)
         plain = np.asarray(other)
         enc = encoding.encode(plain, self.scale_bits, pk.max_int)
