@@ -139,6 +139,17 @@ class Bench:
         a, b = ctx.to_limbs(a_i), ctx.to_limbs(b_i)
         exps = mod_op.exp_limbs(e_full)
         pk, _ = paillier.keygen(1024)
+        r_phe = None
+        try:
+            import phe
+            ppk = phe.PaillierPublicKey(pk.n)
+            few = [secrets.randbits(40) for _ in range(10)]
+            r_phe, s_phe = measure(lambda: len([ppk.encrypt(v) for v in few]), self.min_time,
+                                   self.repeats)
+            self._add(Row("table2", "Paillier enc (1024-bit key)", 1024, "phe (python-paillier)",
+                          r_phe, s_phe))
+        except ImportError:
+            pass
         for name in self.backends:
             be = registry.backend(name)
             si = self._stand_in(name)
@@ -153,7 +164,8 @@ class Bench:
             self._add(Row("table2", "ModExp", bits, name, r, s, si, "gmpy2 ModExp", r / r_ge))
             m_l = pk.plaintext_limbs(_rand_below(pk.n, 200 if name != "cpu" else 20))
             r, s = measure(lambda: len(encrypt_limbs(be, pk, m_l)), self.min_time, self.repeats)
-            self._add(Row("table2", "Paillier enc (1024-bit key)", 1024, name, r, s, si))
+            self._add(Row("table2", "Paillier enc (1024-bit key)", 1024, name, r, s, si,
+                          "phe" if r_phe else None, r / r_phe if r_phe else None))
 
     # ------------------------------------------------------------------ Paillier ops
     def paillier_ops(self, key_bits=(1024, 2048)) -> None:
@@ -267,7 +279,9 @@ def plot(rows: list[dict], path: str) -> None:
             match = [r["ratio"] for r in data if f"{r['op']} ({r['bits']})" == lab and
                      r["impl"] + (f" [{r['stand_in']}]" if r.get("stand_in") else "") == impl]
             ys.append(match[0] if match else 0)
-        ax.bar(np.arange(len(labels)) + i * width, ys, width, label=impl)
+        bars = ax.bar(np.arange(len(labels)) + i * width, ys, width, label=impl)
+        ax.bar_label(bars, labels=[f"{y:.2g}x" if y else "" for y in ys], fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, rotation=35, ha="right")
     ax.set_ylabel("speedup over the same-run baseline (gmpy2 / phe), log")
