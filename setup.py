@@ -43,6 +43,29 @@ if os.environ.get("UNIFL_NO_NATIVE") != "1":
 FPGA_PACKAGE_DATA = ["backends/fpga/kernels/*.cl"]
 # ------------------------------------------------------------------------------------------------
 
+# ---- qat backend (issue 5): our QAT driver (pybind11, dlopens libqat/libusdm at run time) and ----
+# ---- our QAT simulator, a plain C-ABI shared library (not a Python module) the driver can load ----
+if os.environ.get("UNIFL_NO_NATIVE") != "1":
+    from setuptools import Extension
+
+    ext_modules.append(Pybind11Extension(
+        "unifl.backends.qat._qat",
+        ["unifl/backends/qat/src/qat_driver.cpp"],
+        include_dirs=["unifl/backends/qat/src"],
+        cxx_std=17,
+        extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        extra_link_args=["-ldl", "-lpthread"],
+    ))
+    ext_modules.append(Extension(
+        "unifl.backends.qat.libqat_sim",
+        ["unifl/backends/qat/src/qat_sim.cpp"],
+        language="c++",
+        extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wall",
+                            "-Wno-unused-parameter"],
+        extra_link_args=_libcrypto_link_args() + ["-lpthread"],
+    ))
+# ------------------------------------------------------------------------------------------------
+
 setup(
     name="unifl",
     version="0.1.0",

@@ -1,0 +1,145 @@
+"""``qat``: ModExp on Intel QuickAssist (cpaCyLnModExp), ModMult on the CPU, pipelined (UniFL §V-B).
+
+QAT's only big-number primitive is ModExp, so this backend runs natively:
+
+* ``mod_exp`` on QAT through our driver (``src/qat_driver.cpp``: asynchronous submissions with a
+  callback, one polling thread per instance, bounded in-flight window, RETRY back-off, pinned
+  buffer pool, big-endian and size-class padding at that boundary only), with an IPCL-style
+  ``cpu_share`` of the ModExps computed by the ``native`` backend at the same time;
+* ``mont_exp`` the same, leaving and re-entering the Montgomery domain on the CPU;
+* ``paillier_encrypt`` as the two-stage pipeline of Alg. 6 (``unifl.scheduler.pipeline``): r^n on
+  QAT, (1 + m·n)·r^n on the CPU as soon as each r^n lands;
+* ``mont_mul`` / ``mod_mul`` (the base op and ModMult, which QAT lacks) and the multi-exponentiation
+  and grouped products are served by the CPU ``native`` backend.  Paillier decryption is composed
+  by the SDK from ``mod_exp`` mod p² and q², so its exponentiations run on QAT too.
+
+Every request the device fails (or cannot take: operands over 8192 bits) is recomputed on the CPU;
+results are bit-identical to ``cpu``.
+
+Where no QAT library is installed, our simulator library (``src/qat_sim.cpp``, same C ABI) is
+loaded instead, and the probe, ``describe()`` and every report say "QAT simulator".
+
+Options (the ``qat:`` section of a party's YAML arrives here as keyword arguments):
+``library`` (path/soname of libqat, or ``"simulator"``; env ``UNIFL_QAT_LIBRARY``), ``instances``
+(``"all"`` or how many crypto instances to use), ``max_in_flight`` (outstanding requests, default
+96 as in HE-QAT), ``cpu_share`` (fraction in [0, 1) of ModExps on the CPU), ``simulator`` (allow
+the simulator fallback; env ``UNIFL_QAT_SIMULATOR=0`` forbids it), ``section`` (the process
+section of the QAT configuration file, default ``SSL``; env ``UNIFL_QAT_SECTION``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...base_op import MontContext, from_mont, to_mont
+from ...errors import BackendUnavailable, ConfigError
+from ..base import Backend, ProbeResult
+from . import runtime
+
+
+class QatBackend(Backend):
+    name = "qat"
+    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
+                            "mont_prod_groups", "paillier_encrypt"})
+
+    def __init__(self, library: str | None = None, instances: int | str = "all",
+                 max_in_flight: int = 96, cpu_share: float = 0.0, simulator: bool | None = None,
+                 section: str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        if instances in (None, "all"):
+            self.instances = 0
+        elif isinstance(instances, int) and not isinstance(instances, bool) and instances >= 1:
+            self.instances = instances
+        else:
+            raise ConfigError(f"qat.instances must be 'all' or a positive integer, got {instances!r}")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ConfigError(f"qat.max_in_flight must be a positive integer, got {max_in_flight!r}")
+        try:
+            share = float(cpu_share)
+        except (TypeError, ValueError):
+            share = -1.0
+        if not 0.0 <= share < 1.0:
+            raise ConfigError(f"qat.cpu_share must lie in [0, 1), got {cpu_share!r}")
+        self.max_in_flight = max_in_flight
+        self.cpu_share = share
+        self._library, self._simulator, self._section = library, simulator, section
+        from .. import registry
+        if not registry.probe("native").available:
+            raise BackendUnavailable("backend 'qat' needs the 'native' backend for its CPU-side "
+                                     f"ModMult: {registry.probe('native').reason}")
+        # a private native instance (registry.backend() would re-enter the registry's lock)
+        self.cpu = registry.backend_class("native")()
+        self.cpu.probe_result = registry.probe("native")
+        info = self.session().info()          # starts the driver now: errors surface here
+        self.simulator = bool(info["simulator"])
+        self.library = info["library"]
+        self._devices = [f"{'QAT simulator' if self.simulator else 'QAT'} instance "
+                         f"{i['name'] or k} ({i['part']})" for k, i in enumerate(info["instances"])]
+        if self.instances:
+            self._devices = self._devices[:self.instances]
+
+    # ---- registration-time description
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        if runtime._qat is None:
+            return ProbeResult(False, f"QAT driver extension not built ({runtime.IMPORT_ERROR})")
+        try:
+            qat_names, _, is_sim = runtime.resolve()
+        except BackendUnavailable as exc:
+            return ProbeResult(False, str(exc))
+        if is_sim:
+            return ProbeResult(True, "no libqat installed: our QAT simulator library (same C ABI, "
+                                     "ModExp in software) stands in",
+                               ["QAT simulator"], stand_in=runtime.SIMULATOR_LABEL)
+        return ProbeResult(True, f"QAT library {qat_names[0]}", [f"QAT ({qat_names[0]})"])
+
+    @property
+    def devices(self) -> list[str]:
+        return list(self._devices)
+
+    def describe(self) -> str:
+        return f"qat [{runtime.SIMULATOR_LABEL}]" if self.simulator else "qat"
+
+    def session(self):
+        """The process's live QAT driver session (reopened if it was closed)."""
+        return runtime.session(self._library, self._simulator, self._section)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close the QAT session (shared by the process); requests in flight get ``timeout``
+        seconds, the rest are recomputed on the CPU.  A later call opens a new session."""
+        runtime.close(timeout)
+
+    def stats(self) -> dict:
+        """Driver counters: submitted, completed, retries, device/submit failures, oversize,
+        abandoned, busy_seconds (and the simulator's engine counters when it runs)."""
+        out = dict(self.session().stats())
+        out["stand_in"] = runtime.SIMULATOR_LABEL if self.simulator else None
+        return out
+
+    # ---- CPU side (QAT has no MontMult / ModMult)
+    def op_mont_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.cpu.op_mont_mul(ctx, a, b)
+
+    def op_mod_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.cpu.op_mod_mul(ctx, a, b)
+
+    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+        return self.cpu.op_mont_multi_exp(ctx, bases_mont, exps)
+
+    def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
+        return self.cpu.op_mont_prod_groups(ctx, a_mont, groups, num_groups)
+
+    # ---- QAT side
+    def op_mod_exp(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+        from ...scheduler.pipeline import hybrid_mod_exp
+        return hybrid_mod_exp(self, ctx, base, exps)
+
+    def op_mont_exp(self, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
+        base = from_mont(self.cpu, ctx, base_mont)
+        return to_mont(self.cpu, ctx, self.op_mod_exp(ctx, base, exps))
+
+    def op_paillier_encrypt(self, pk, m: np.ndarray, r: np.ndarray) -> np.ndarray:
+        from ...scheduler.pipeline import paillier_encrypt
+        return paillier_encrypt(self, pk, m, r)

@@ -1,0 +1,139 @@
+"""Which QAT library to load, and the one driver session per process that uses it.
+
+qatlib starts one user-space process per ``icp_sal_userStart``, so the driver keeps one
+:class:`_qat.Session` per process, shared by every ``QatBackend`` instance and opened lazily; a
+backend that finds it closed (after :func:`close`) opens a fresh one, which also re-reads the
+simulator's ``UNIFL_QAT_SIM_*`` environment.
+
+Library resolution, first match wins:
+
+1. the ``library`` option (``qat.library`` in a party YAML) or ``UNIFL_QAT_LIBRARY``: a path or
+   soname of the QAT library, or ``"simulator"`` for ours;
+2. the usual sonames of a real installation: ``libqat.so.4`` / ``libqat.so`` (qatlib, 4xxx and
+   newer) and ``libqat_s.so`` (the QAT 1.x driver package of the 8970), with the USDM memory driver
+   ``libusdm.so.0`` / ``libusdm.so`` / ``libusdm_drv_s.so`` (``UNIFL_QAT_USDM_LIBRARY`` to override);
+3. our simulator library shipped in this package (``libqat_sim*.so``), unless ``simulator=False``
+   or ``UNIFL_QAT_SIMULATOR=0``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import glob
+import os
+import threading
+
+from ...errors import BackendUnavailable
+
+try:
+    from . import _qat
+except ImportError as exc:  # extension not built
+    _qat = None
+    IMPORT_ERROR = str(exc)
+else:
+    IMPORT_ERROR = ""
+
+REAL_QAT_NAMES = ("libqat.so.4", "libqat.so", "libqat_s.so")
+REAL_USDM_NAMES = ("libusdm.so.0", "libusdm.so", "libusdm_drv_s.so")
+SIMULATOR_WORDS = ("sim", "simulator")
+SIMULATOR_LABEL = "QAT simulator"
+
+_lock = threading.Lock()
+_session = None          # the live _qat.Session
+_session_key = None      # (qat candidates, usdm candidates, section) it was opened with
+_real_cache: dict[str, str | None] = {}
+
+
+def simulator_path() -> str | None:
+    """Our simulator library, built by setup.py next to this module (None when not built)."""
+    found = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "libqat_sim*.so")))
+    return found[0] if found else None
+
+
+def simulator_allowed(simulator: bool | None = None) -> bool:
+    if simulator is not None:
+        return bool(simulator)
+    return os.environ.get("UNIFL_QAT_SIMULATOR", "1") != "0"
+
+
+def find_real_library() -> str | None:
+    """The soname of an installed real QAT library that loads here, else None (cached)."""
+    if "qat" not in _real_cache:
+        _real_cache["qat"] = None
+        for name in REAL_QAT_NAMES:
+            try:
+                ctypes.CDLL(name, mode=ctypes.RTLD_LOCAL)
+            except OSError:
+                continue
+            _real_cache["qat"] = name
+            break
+    return _real_cache["qat"]
+
+
+def resolve(library: str | None = None, simulator: bool | None = None
+            ) -> tuple[list[str], list[str], bool]:
+    """(QAT library candidates, USDM library candidates, is_simulator) or BackendUnavailable."""
+    library = library or os.environ.get("UNIFL_QAT_LIBRARY") or None
+    sim = simulator_path()
+    if library and library.lower() in SIMULATOR_WORDS:
+        if not sim:
+            raise BackendUnavailable("the QAT simulator library was requested but is not built "
+                                     "(run `python setup.py build_ext --inplace`)")
+        return [sim], [], True
+    usdm_env = os.environ.get("UNIFL_QAT_USDM_LIBRARY")
+    usdm = [usdm_env] if usdm_env else list(REAL_USDM_NAMES)
+    if library:
+        if os.sep in library and not os.path.exists(library):
+            raise BackendUnavailable(
+                f"QAT library {library!r} not found (from qat.library / UNIFL_QAT_LIBRARY); "
+                "point it at libqat.so (qatlib) or libqat_s.so (QAT 1.x driver), or use "
+                "'simulator'")
+        return [library], usdm, os.path.abspath(library) == os.path.abspath(sim or "")
+    real = find_real_library()
+    if real:
+        return [real], usdm, False
+    if sim and simulator_allowed(simulator):
+        return [sim], [], True
+    why = ("the simulator is disabled (simulator=False / UNIFL_QAT_SIMULATOR=0)" if sim
+           else "the QAT simulator is not built")
+    raise BackendUnavailable(
+        f"libqat.so not found (tried {', '.join(REAL_QAT_NAMES)}) and {why}; install qatlib or "
+        "the QAT driver package, or set qat.library / UNIFL_QAT_LIBRARY to its path")
+
+
+def session(library: str | None = None, simulator: bool | None = None,
+            section: str | None = None):
+    """The live driver session for this library (opened on first use, or again after close())."""
+    global _session, _session_key
+    if _qat is None:
+        raise BackendUnavailable(f"QAT driver extension not built ({IMPORT_ERROR})")
+    qat_names, usdm_names, _ = resolve(library, simulator)
+    section = section or os.environ.get("UNIFL_QAT_SECTION") or "SSL"
+    key = (tuple(qat_names), tuple(usdm_names), section)
+    with _lock:
+        if _session is not None and not _session.closed and _session_key == key:
+            return _session
+        if _session is not None and not _session.closed:
+            # one QAT user-space process per OS process: a different library replaces the old one
+            _session.close(10.0)
+        try:
+            _session = _qat.Session(qat_names, usdm_names, section)
+        except RuntimeError as exc:
+            _session = None
+            raise BackendUnavailable(f"QAT could not be started: {exc}") from exc
+        _session_key = key
+        return _session
+
+
+def close(timeout: float = 10.0) -> None:
+    """Close the process's QAT session: in-flight requests get ``timeout`` seconds to land, the
+    rest are recomputed on the CPU by their callers.  The next use opens a fresh session."""
+    global _session
+    with _lock:
+        s, _session = _session, None
+    if s is not None:
+        s.close(timeout)
+
+
+atexit.register(close, 5.0)
