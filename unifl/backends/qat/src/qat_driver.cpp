@@ -449,6 +449,7 @@ struct Session : std::enable_shared_from_this<Session> {
             CpaStatus st = api->lnModExp(inst->handle, modexp_callback, s, &s->op, &s->result);
             if (st == CPA_STATUS_SUCCESS) {
                 stats.submitted++;
+                { std::lock_guard<std::mutex> lk(inst->mu); }  // no lost wake-up of an idle poller
                 inst->cv.notify_one();
                 return;
             }
@@ -624,14 +625,18 @@ void modexp_callback(void *tag, CpaStatus status, void *, CpaFlatBuffer *) {
     s->session->on_complete(s, status);
 }
 
-// wait until something lands (or all have); returns (indices landed since the last call, done)
-py::tuple wait_landed(Job &job, double timeout_s) {
+// wait until at least min_batch (or all the rest) have landed, or the timeout passes; returns
+// (indices landed since the last call, done)
+py::tuple wait_landed(Job &job, double timeout_s, int64_t min_batch) {
     std::vector<int64_t> got;
     bool done;
     {
         py::gil_scoped_release nogil;
         std::unique_lock<std::mutex> lk(job.mu);
-        auto pred = [&] { return !job.landed.empty() || job.n_taken == job.n; };
+        auto pred = [&] {
+            int64_t want = std::max<int64_t>(1, std::min(min_batch, job.n - job.n_taken));
+            return int64_t(job.landed.size()) >= want || job.n_taken == job.n;
+        };
         if (timeout_s < 0) job.cv.wait(lk, pred);
         else job.cv.wait_for(lk, std::chrono::duration<double>(timeout_s), pred);
         got.swap(job.landed);
@@ -678,7 +683,7 @@ PYBIND11_MODULE(_qat, m) {
           "QAT operand size class (bits) for a widest operand of `bits` bits; 0 if over 8192");
     py::class_<Job, std::shared_ptr<Job>>(m, "Job")
         .def_property_readonly("size", [](const Job &j) { return j.n; })
-        .def("wait_landed", &wait_landed, py::arg("timeout") = -1.0)
+        .def("wait_landed", &wait_landed, py::arg("timeout") = -1.0, py::arg("min_batch") = 1)
         .def("result", &job_result)
         .def("rows", &job_rows)
         .def("join", [](Job &j) {
