@@ -144,3 +144,22 @@ def test_shutdown_with_requests_in_flight(sim, timeout):
         assert s["abandoned"] == 0
     assert be.mod_exp(base[:3], exps[:3], m) == ref[:3]          # reopened transparently
     assert be.session() is not old
+
+
+def test_alg7_matmul_pipeline_matches_cpu(sim):
+    """Alg. 7: out[k] = prod_j y_j^(x_kj), K·N ModExps on the device, folded on the CPU; zero rows
+    and zero exponents included; also through the backend with matmul_on_qat=True."""
+    from unifl import base_op, mod_op
+    be = sim({"UNIFL_QAT_SIM_FAIL_RATE": 0.1}, matmul_on_qat=True)
+    ctx = mont_context(secrets.randbits(2048) | (1 << 2047) | 1)
+    cpu = unifl.backend("cpu")
+    n, k = 12, 4
+    y = base_op.to_mont(cpu, ctx, ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(n)]))
+    x = mod_op.exp_limbs([secrets.randbits(secrets.choice([0, 8, 40, 64])) for _ in range(k * n)])
+    x = x.reshape(k, n, -1)
+    x[2] = 0
+    ref = mod_op.mont_multi_exp(cpu, ctx, y, x)
+    st = pipeline.PipelineStats()
+    assert np.array_equal(pipeline.mont_multi_exp(be, ctx, y, x, stats=st), ref)
+    assert st.tasks == k * n
+    assert np.array_equal(mod_op.mont_multi_exp(be, ctx, y, x), ref)

@@ -1,6 +1,7 @@
-"""The QAT two-stage pipeline (UniFL §V-B, Fig. 6; Algorithms 6 and 7 in spirit).
+"""The QAT two-stage pipeline (UniFL §V-B, Fig. 6; Algorithms 6 and 7).
 
-QAT offers ModExp only and has no SIMD-style batch op, so a batch is split into independent tasks:
+QAT offers ModExp only and has no SIMD-style batch op, so a batch is split into independent tasks
+(Alg. 6: Paillier encryption; Alg. 7: ciphertext × plaintext matmul, :func:`mont_multi_exp`):
 
 * stage 1, the QAT queue: every ModExp ``base_i^e_i mod m`` is submitted asynchronously to the
   device through our driver (``unifl.backends.qat``), at most ``max_in_flight`` outstanding;
@@ -31,7 +32,7 @@ from .. import base_op
 from ..base_op import MontContext, from_limbs, to_limbs
 
 __all__ = ["PipelineStats", "run_modexp_pipeline", "hybrid_mod_exp", "paillier_encrypt",
-           "paillier_encrypt_sequential"]
+           "paillier_encrypt_sequential", "mont_multi_exp"]
 
 #: stage-2 work: finish(indices, modexp_results_of_those_indices) -> None
 Finish = Callable[[np.ndarray, np.ndarray], None]
@@ -233,3 +234,33 @@ def paillier_encrypt_sequential(qat, pk, m: np.ndarray, r: np.ndarray,
     st.cpu_stage_seconds += time.perf_counter() - t1
     st.wall_seconds += time.perf_counter() - t0
     return out
+
+
+# ------------------------------------------------------------------ ciphertext matmul (Alg. 7)
+def mont_multi_exp(qat, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarray,
+                   stats: PipelineStats | None = None) -> np.ndarray:
+    """Alg. 7, pipelined: out[k] = prod_j y_j^(x_kj) mod m (Montgomery form in and out).
+
+    Stage 1 submits the K·N ModExps y_j^(x_kj) to QAT (zero exponents never leave the host);
+    stage 2 folds each landed group into its row's accumulator on the CPU: the group's results
+    enter the Montgomery domain, are multiplied per row (one grouped product) and into acc[k].
+    """
+    from .. import mod_op
+    k, n, le = exps.shape
+    cpu = qat.cpu
+    acc = base_op.constant(ctx, ctx.r_mod, k)
+    if k == 0 or n == 0:
+        return acc
+    base = base_op.from_mont(cpu, ctx, np.ascontiguousarray(bases_mont))
+    tasks_base = np.ascontiguousarray(np.tile(base, (k, 1)))            # task t = row·N + j
+    tasks_exp = np.ascontiguousarray(exps.reshape(k * n, le))
+
+    def fold(idx: np.ndarray, res: np.ndarray) -> None:
+        rows = idx // n
+        present, group = np.unique(rows, return_inverse=True)
+        res_mont = base_op.to_mont(cpu, ctx, res)
+        prods = mod_op.mont_prod_groups(cpu, ctx, res_mont, group.astype(np.int64), present.size)
+        acc[present] = base_op.mont_mul(cpu, ctx, acc[present], prods, checked=False)
+
+    run_modexp_pipeline(qat, ctx, tasks_base, tasks_exp, fold, stats=stats)
+    return acc

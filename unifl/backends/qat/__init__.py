@@ -9,8 +9,12 @@ QAT's only big-number primitive is ModExp, so this backend runs natively:
 * ``mont_exp`` the same, leaving and re-entering the Montgomery domain on the CPU;
 * ``paillier_encrypt`` as the two-stage pipeline of Alg. 6 (``unifl.scheduler.pipeline``): r^n on
   QAT, (1 + m·n)·r^n on the CPU as soon as each r^n lands;
-* ``mont_mul`` / ``mod_mul`` (the base op and ModMult, which QAT lacks) and the multi-exponentiation
-  and grouped products are served by the CPU ``native`` backend.  Paillier decryption is composed
+* ``mont_multi_exp`` (ciphertext × plaintext matmul) as Alg. 7 when ``matmul_on_qat=True``: the
+  K·N ModExps y_j^(x_kj) on QAT, each row's product folded on the CPU as results land.  Off by
+  default: the CPU's multi-exponentiation shares its squarings across all N bases, so K·N separate
+  device ModExps pay off only with a device much faster than the host;
+* ``mont_mul`` / ``mod_mul`` (the base op and ModMult, which QAT lacks), the grouped products and
+  (by default) the multi-exponentiation are served by the CPU ``native`` backend.  Paillier decryption is composed
   by the SDK from ``mod_exp`` mod p² and q², so its exponentiations run on QAT too.
 
 Every request the device fails (or cannot take: operands over 8192 bits) is recomputed on the CPU;
@@ -24,7 +28,8 @@ Options (the ``qat:`` section of a party's YAML arrives here as keyword argument
 (``"all"`` or how many crypto instances to use), ``max_in_flight`` (outstanding requests, default
 96 as in HE-QAT), ``cpu_share`` (fraction in [0, 1) of ModExps on the CPU), ``simulator`` (allow
 the simulator fallback; env ``UNIFL_QAT_SIMULATOR=0`` forbids it), ``section`` (the process
-section of the QAT configuration file, default ``SSL``; env ``UNIFL_QAT_SECTION``).
+section of the QAT configuration file, default ``SSL``; env ``UNIFL_QAT_SECTION``),
+``matmul_on_qat`` (Alg. 7 for the multi-exponentiation, default False).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class QatBackend(Backend):
 
     def __init__(self, library: str | None = None, instances: int | str = "all",
                  max_in_flight: int = 96, cpu_share: float = 0.0, simulator: bool | None = None,
-                 section: str | None = None, **options: Any) -> None:
+                 section: str | None = None, matmul_on_qat: bool = False, **options: Any) -> None:
         super().__init__(**options)
         if instances in (None, "all"):
             self.instances = 0
@@ -63,6 +68,7 @@ class QatBackend(Backend):
         if not 0.0 <= share < 1.0:
             raise ConfigError(f"qat.cpu_share must lie in [0, 1), got {cpu_share!r}")
         self.max_in_flight = max_in_flight
+        self.matmul_on_qat = bool(matmul_on_qat)
         self.cpu_share = share
         self._library, self._simulator, self._section = library, simulator, section
         from .. import registry
@@ -126,6 +132,9 @@ class QatBackend(Backend):
         return self.cpu.op_mod_mul(ctx, a, b)
 
     def op_mont_multi_exp(self, ctx, bases_mont, exps):
+        if self.matmul_on_qat:  # Alg. 7: K·N ModExps on QAT, products folded on the CPU
+            from ...scheduler.pipeline import mont_multi_exp
+            return mont_multi_exp(self, ctx, bases_mont, exps)
         return self.cpu.op_mont_multi_exp(ctx, bases_mont, exps)
 
     def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
