@@ -379,20 +379,24 @@ struct Session : std::enable_shared_from_this<Session> {
         }
     }
 
-    Slot *acquire_slot() {
+    // The slot's owner (job, index) is recorded under pool_mu, so close() always sees who owns a
+    // slot that is out, even one whose submission is still under way.
+    Slot *acquire_slot(const std::shared_ptr<Job> &job, int64_t index) {
         std::unique_lock<std::mutex> lk(pool_mu);
         pool_cv.wait(lk, [&] { return closing.load() || !free_slots.empty(); });
         if (closing.load()) return nullptr;
         Slot *s = free_slots.back();
         free_slots.pop_back();
+        s->job = job;
+        s->index = index;
         if (out_slots++ == 0) busy_since = Clock::now();
         return s;
     }
 
     void release_slot(Slot *s) {
+        std::lock_guard<std::mutex> lk(pool_mu);
         s->job.reset();
         s->index = -1;
-        std::lock_guard<std::mutex> lk(pool_mu);
         free_slots.push_back(s);
         if (--out_slots == 0)
             stats.busy_ns += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -423,7 +427,7 @@ struct Session : std::enable_shared_from_this<Session> {
             while (!closing.load() && job->in_flight.load() >= job->max_in_flight)
                 job->cv.wait_for(lk, std::chrono::milliseconds(10));
         }
-        Slot *s = closing.load() ? nullptr : acquire_slot();
+        Slot *s = closing.load() ? nullptr : acquire_slot(job, i);
         if (!s) {
             job->land(i, FAILED, nullptr);
             return;
@@ -436,8 +440,6 @@ struct Session : std::enable_shared_from_this<Session> {
         s->op.base = CpaFlatBuffer{cls, b};
         s->op.exponent = CpaFlatBuffer{cls, x};
         s->result = CpaFlatBuffer{cls, r};
-        s->job = job;
-        s->index = i;
         job->in_flight++;
         int n_inst = std::max(1, std::min<int>(job->use_instances, int(instances.size())));
         auto deadline = Clock::now() + std::chrono::duration<double>(retry_timeout_s);
@@ -545,18 +547,21 @@ struct Session : std::enable_shared_from_this<Session> {
             if (inst->poller.joinable()) inst->poller.join();
         }
         std::vector<Slot *> abandoned;
+        std::vector<std::pair<std::shared_ptr<Job>, int64_t>> owners;
         {
             std::lock_guard<std::mutex> lk(pool_mu);
             for (auto &s : slots)
-                if (std::find(free_slots.begin(), free_slots.end(), s.get()) == free_slots.end())
+                if (std::find(free_slots.begin(), free_slots.end(), s.get()) == free_slots.end()) {
                     abandoned.push_back(s.get());
+                    if (s->job && s->index >= 0) owners.emplace_back(s->job, s->index);
+                }
         }
-        for (Slot *s : abandoned) {
-            if (s->job && s->index >= 0 && s->job->land(s->index, FAILED, nullptr)) {
+        for (auto &[job, index] : owners) {
+            if (job->land(index, FAILED, nullptr)) {  // a racing submission cannot land it twice
                 stats.abandoned++;
-                s->job->in_flight--;
-                std::lock_guard<std::mutex> lk(s->job->mu);
-                s->job->cv.notify_all();
+                job->in_flight--;
+                std::lock_guard<std::mutex> lk(job->mu);
+                job->cv.notify_all();
             }
         }
         for (auto &inst : instances) api->stopInstance(inst->handle);
