@@ -7,7 +7,7 @@ QAT offers ModExp only and has no SIMD-style batch op, so a batch is split into 
   device through our driver (``unifl.backends.qat``), at most ``max_in_flight`` outstanding;
 * stage 2, the CPU queue: as soon as a task's completion flag is set (its ModExp landed), the CPU
   runs its follow-up work -- for Paillier encryption (Alg. 6) the ModMult ``(1 + m·n)·r^n mod n²``
-  -- on the ``native`` backend, in chunks of whatever has landed since the last look.
+  -- on the ``native`` backend, in small groups of landed tasks (1/32 of the batch, at most 64).
 
 While the CPU works on landed tasks, the device computes the next ones, so the CPU stage hides
 behind the device stage.  IPCL-style ``cpu_share`` hands the last ``round(cpu_share·N)`` ModExps to
