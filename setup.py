@@ -140,7 +140,10 @@ class BuildExtWithCuda(_build_ext):
 
     def run(self):
         super().run()
-        out_dir = GPU_DIR if self.inplace else os.path.join(self.build_lib, GPU_DIR)
+        # in place for --inplace and for editable installs (pip install -e: the package is the source
+        # tree), so the Makefile's later `build_ext --inplace` finds it fresh and skips nvcc
+        in_tree = self.inplace or getattr(self, "editable_mode", False)
+        out_dir = GPU_DIR if in_tree else os.path.join(self.build_lib, GPU_DIR)
         os.makedirs(out_dir, exist_ok=True)
         _build_cuda(out_dir)
 

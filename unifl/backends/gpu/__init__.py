@@ -27,18 +27,29 @@ GPU figure has been measured.  Tests marked ``gpu`` run the equivalence checks o
 
 from __future__ import annotations
 
+import os
+
 from ...errors import BackendUnavailable
 from ..base import ProbeResult
-from .kernel_backend import KernelBackend
+from .kernel_backend import KernelBackend, _c
 
 
 class GpuBackend(KernelBackend):
     name = "gpu"
 
-    def __init__(self, **options) -> None:
+    def __init__(self, cgbn: bool | None = None, **options) -> None:
         super().__init__(**options)
         from .runtime import CudaEngine
         self.engine = CudaEngine()
+        #: use the optional CGBN ModExp (only in a CGBN build; docs/gpu.md) -- UNIFL_GPU_CGBN=1
+        self.cgbn = os.environ.get("UNIFL_GPU_CGBN") == "1" if cgbn is None else cgbn
+
+    def op_mod_exp(self, ctx, base, exps):
+        if self.cgbn:
+            out = self.engine.cgbn_mod_exp(self._ctx(ctx), _c(base), _c(exps))
+            if out is not None:
+                return out
+        return super().op_mod_exp(ctx, base, exps)
 
     @classmethod
     def probe(cls) -> ProbeResult:

@@ -74,6 +74,9 @@ def load_library() -> ctypes.CDLL:
         lib.unifl_gpu_paillier_encrypt.argtypes = [ctypes.c_void_p, _u64p, _u64p, _u64p,
                                                    ctypes.c_longlong]
         lib.unifl_gpu_paillier_decrypt.argtypes = [ctypes.c_void_p, _u64p, _u64p, ctypes.c_longlong]
+        if hasattr(lib, "unifl_gpu_cgbn_mod_exp"):          # optional CGBN build
+            lib.unifl_gpu_cgbn_mod_exp.argtypes = [_u64p, ctypes.c_int, _u64p, _u64p, ctypes.c_int,
+                                                   ctypes.c_int, _u64p, ctypes.c_longlong]
         _lib = lib
         return lib
 
@@ -156,6 +159,22 @@ class CudaEngine:
         out = np.empty((k, bases.shape[1]), np.uint64)
         _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, _ptr(bases), n, _ptr(exps), k,
                                                       le, _ptr(out)))
+        return out
+
+    def cgbn_mod_exp(self, key: DeviceKey, base, exps):
+        """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in or when
+        the sizes fall outside its classes (moduli up to 4096 bits, exponents no wider)."""
+        if not hasattr(self.lib, "unifl_gpu_cgbn_mod_exp"):
+            return None
+        L = int(key.blob[1])
+        m = np.ascontiguousarray(key.blob[2:2 + L])
+        out = np.empty_like(base)
+        shared = int(exps.shape[0] == 1 and base.shape[0] != 1)
+        err = self.lib.unifl_gpu_cgbn_mod_exp(_ptr(m), L, _ptr(base), _ptr(exps), exps.shape[1],
+                                              shared, _ptr(out), base.shape[0])
+        if err == ERR_SIZE:
+            return None
+        _check(self.lib, err)
         return out
 
     def paillier_encrypt(self, pub: DeviceKey, m, r):

@@ -469,3 +469,8 @@ int unifl_gpu_paillier_decrypt(void *priv, const u64 *c, u64 *out, long long n) 
 }
 
 }  // extern "C"
+
+#ifdef UNIFL_WITH_CGBN
+// Optional CGBN variant (needs CGBN_INCLUDE_DIR at build time; uses the runtime helpers above).
+#include "gpu_cgbn.cuh"
+#endif
