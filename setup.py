@@ -102,6 +102,8 @@ def _build_cuda(out_dir):
     target = os.path.join(out_dir, "libunifl_gpu.so")
     if nvcc is None:
         info["reason"] = how
+        if os.path.exists(target):  # a stale library from an earlier build would contradict the reason
+            os.remove(target)
     else:
         root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
         srcs = GPU_SRC + [os.path.abspath(__file__)]

@@ -152,3 +152,17 @@ def test_moduli_wider_than_8192_bits_are_refused(host):
     m = random_odd_modulus(8193)
     with pytest.raises(OperandError, match="8192 bits"):
         host.mont_mul([1], [2], m)
+
+
+def test_crt_decrypt_with_unbalanced_primes(host, cpu):
+    """p and q of different limb counts (8 and 10): the wide reductions c mod p², c mod q² and
+    m_q mod p then take more than one chunk."""
+    from unifl.phe_sdk.paillier import PrivateKey
+    from unifl.phe_sdk.primes import random_prime
+    sk = PrivateKey(random_prime(480), random_prime(600))
+    pk = sk.public_key
+    ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(5)]
+    rs = [secrets.randbelow(pk.n - 1) + 1 for _ in ms]
+    cs = pk.raw_encrypt(ms, backend=host, r_values=rs)
+    assert cs == pk.raw_encrypt(ms, backend=cpu, r_values=rs)
+    assert sk.raw_decrypt(cs, backend=host) == ms
