@@ -40,12 +40,12 @@ if os.environ.get("UNIFL_NO_NATIVE") != "1":
     ))
 
 # ---- gpu backend (issue 4) ---------------------------------------------------------------------
-# 1. The host harness: the CUDA kernel bodies compiled by the ordinary C++ compiler (always built; no
-#    nvcc, no GPU) as unifl.backends.gpu._gpu_host, so the tests check them on the CPU.
-# 2. libunifl_gpu.so: the CUDA kernels and runtime, compiled by nvcc when one is found (env NVCC, then
-#    $CUDA_HOME/bin/nvcc, then the pip package nvidia-cuda-nvcc of this Python -- the pinned 13.0 of
-#    requirements-cuda.txt / the [cuda] extra --, then PATH) for sm_80 and sm_90 (SASS for both, PTX
-#    for compute_90), every warning an error.  Without nvcc the build goes on and says why; the
+# 1. The host harness: the CUDA kernel bodies compiled by the ordinary C++ compiler (always built;
+#    no nvcc, no GPU) as unifl.backends.gpu._gpu_host, so the tests check them on the CPU.
+# 2. libunifl_gpu.so: the CUDA kernels and runtime, compiled by nvcc when one is found (env NVCC,
+#    then $CUDA_HOME/bin/nvcc, then the pip package nvidia-cuda-nvcc of this Python -- the pinned
+#    13.0 of requirements-cuda.txt / the [cuda] extra --, then PATH) for sm_80 and sm_90 (SASS for
+#    both, PTX for compute_90), every warning an error.  Without nvcc the build goes on and says why; the
 #    reason is recorded in unifl/backends/gpu/_build_info.json for the gpu backend's probe.
 #    UNIFL_NO_CUDA=1 skips it; UNIFL_REQUIRE_CUDA_BUILD=1 makes a missing nvcc or a failed compile
 #    fatal (CI).  CGBN_INCLUDE_DIR=<CGBN>/include adds the optional CGBN variant (not needed by
@@ -79,8 +79,9 @@ def _find_nvcc():
     """(path, how it was found) of nvcc, or (None, why not)."""
     if os.environ.get("NVCC"):
         return os.environ["NVCC"], "env NVCC"
-    if os.environ.get("CUDA_HOME") and os.path.exists(os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")):
-        return os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"), "CUDA_HOME"
+    home_nvcc = os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc")
+    if os.environ.get("CUDA_HOME") and os.path.exists(home_nvcc):
+        return home_nvcc, "CUDA_HOME"
     try:
         import nvidia  # the pip CUDA wheels' namespace package
         for root in nvidia.__path__:
@@ -92,7 +93,8 @@ def _find_nvcc():
     found = shutil.which("nvcc")
     if found:
         return found, "PATH"
-    return None, "nvcc not found at build time (pip install -r requirements-cuda.txt, or set NVCC/CUDA_HOME)"
+    return None, ("nvcc not found at build time (pip install -r requirements-cuda.txt, "
+                  "or set NVCC/CUDA_HOME)")
 
 
 def _build_cuda(out_dir):
@@ -102,22 +104,26 @@ def _build_cuda(out_dir):
     target = os.path.join(out_dir, "libunifl_gpu.so")
     if nvcc is None:
         info["reason"] = how
-        if os.path.exists(target):  # a stale library from an earlier build would contradict the reason
+        if os.path.exists(target):  # a stale library from an earlier build would contradict it
             os.remove(target)
     else:
         root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
         srcs = GPU_SRC + [os.path.abspath(__file__)]
-        fresh = os.path.exists(target) and all(os.path.getmtime(target) >= os.path.getmtime(s) for s in srcs)
-        cmd = [nvcc, "-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-Xcompiler", "-Wall,-Werror",
-               "-Werror", "all-warnings", *GPU_ARCH_FLAGS, f"-I{GPU_DIR}/src",
-               *[f"-L{os.path.join(root, d)}" for d in ("lib", "lib64") if os.path.isdir(os.path.join(root, d))],
+        fresh = os.path.exists(target) and all(
+            os.path.getmtime(target) >= os.path.getmtime(s) for s in srcs)
+        lib_dirs = [os.path.join(root, d) for d in ("lib", "lib64")
+                    if os.path.isdir(os.path.join(root, d))]
+        cmd = [nvcc, "-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC",
+               "-Xcompiler", "-Wall,-Werror", "-Werror", "all-warnings", *GPU_ARCH_FLAGS,
+               f"-I{GPU_DIR}/src", *[f"-L{d}" for d in lib_dirs],
                f"{GPU_DIR}/src/gpu_runtime.cu", "-o", target]
         if os.environ.get("CGBN_INCLUDE_DIR"):
             cmd[1:1] = [f"-I{os.environ['CGBN_INCLUDE_DIR']}", "-DUNIFL_WITH_CGBN=1"]
         info.update(nvcc=nvcc, found_by=how, command=" ".join(cmd))
         try:
-            info["nvcc_version"] = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
-                                                  check=True).stdout.strip().splitlines()[-1]
+            info["nvcc_version"] = subprocess.run(
+                [nvcc, "--version"], capture_output=True, text=True,
+                check=True).stdout.strip().splitlines()[-1]
             if not fresh:
                 print(f"unifl gpu: compiling CUDA kernels with {nvcc} ({how}) for sm_80, sm_90")
                 res = subprocess.run(cmd, capture_output=True, text=True)
@@ -134,7 +140,8 @@ def _build_cuda(out_dir):
     if not info["built"]:
         print(f"unifl gpu: CUDA kernels not built: {info['reason']}", file=sys.stderr)
         if os.environ.get("UNIFL_REQUIRE_CUDA_BUILD") == "1":
-            raise SystemExit(f"UNIFL_REQUIRE_CUDA_BUILD=1 but the CUDA kernels were not built: {info['reason']}")
+            raise SystemExit("UNIFL_REQUIRE_CUDA_BUILD=1 but the CUDA kernels were not built: "
+                             + info["reason"])
 
 
 class BuildExtWithCuda(_build_ext):
@@ -142,8 +149,8 @@ class BuildExtWithCuda(_build_ext):
 
     def run(self):
         super().run()
-        # in place for --inplace and for editable installs (pip install -e: the package is the source
-        # tree), so the Makefile's later `build_ext --inplace` finds it fresh and skips nvcc
+        # in place for --inplace and for editable installs (pip install -e: the package is the
+        # source tree), so the Makefile's later `build_ext --inplace` finds it fresh and skips nvcc
         in_tree = self.inplace or getattr(self, "editable_mode", False)
         out_dir = GPU_DIR if in_tree else os.path.join(self.build_lib, GPU_DIR)
         os.makedirs(out_dir, exist_ok=True)
@@ -151,8 +158,8 @@ class BuildExtWithCuda(_build_ext):
 
 
 GPU_CMDCLASS = {"build_ext": BuildExtWithCuda}
-GPU_EXTRAS = {"cuda": ["nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
-                       "nvidia-cuda-runtime==13.0.96"]}
+GPU_EXTRAS = {"cuda": ["nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88",
+                       "nvidia-cuda-crt==13.0.88", "nvidia-cuda-runtime==13.0.96"]}
 # ------------------------------------------------------------------------------------------------
 
 # ---- fpga backend (issue 3): its OpenCL C kernels are package data, built at run time ----------

@@ -75,7 +75,7 @@ def main() -> int:
     def row(op, impl, rate, spread, stand_in=None):
         r = {"op": op, "bits": bits if "Paillier" not in op else 1024, "impl": impl,
              "ops_per_s": rate, "spread": spread, "stand_in": stand_in,
-             "unifl_t4_quoted": UNIFL_T4.get(op) if impl.startswith("gpu") else None}
+             "unifl_t4_quoted": UNIFL_T4.get(op) if impl == label and name == "gpu" else None}
         rows.append(r)
         t4 = f"   (UniFL T4, quoted: {r['unifl_t4_quoted']:,})" if r["unifl_t4_quoted"] else ""
         print(f"{op:30s} {impl:45s} {rate:14,.0f} /s{t4}")
@@ -90,7 +90,8 @@ def main() -> int:
     si = pr.stand_in
     row("MontMult", label, *measure(lambda: len(base_op.mont_mul(be, ctx, a, b, checked=False)),
                                     min_time, repeats), si)
-    row("ModMult", label, *measure(lambda: len(mod_op.mod_mul(be, ctx, a, b)), min_time, repeats), si)
+    row("ModMult", label, *measure(lambda: len(mod_op.mod_mul(be, ctx, a, b)), min_time, repeats),
+        si)
     row("ModExp", label, *measure(lambda: len(mod_op.mod_exp(be, ctx, a[:n_exp], exps)), min_time,
                                   repeats), si)
     pk, sk = paillier.keygen(1024)

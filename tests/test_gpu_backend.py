@@ -21,8 +21,8 @@ from .conftest import paillier_keypair, random_odd_modulus
 GPU = registry.probe("gpu")
 needs_gpu = pytest.mark.skipif(not GPU.available, reason=f"gpu backend unavailable: {GPU.reason}")
 
-KNOWN_REASONS = ("no CUDA driver", "no device", "CUDA kernels not built", "CUDA initialisation failed",
-                 "cannot be loaded")
+KNOWN_REASONS = ("no CUDA driver", "no device", "CUDA kernels not built",
+                 "CUDA initialisation failed", "CUDA library")
 
 
 def test_probe_answers_with_a_reason():
@@ -41,11 +41,13 @@ def test_missing_library_is_reported_with_the_build_reason(monkeypatch, tmp_path
     monkeypatch.setattr(runtime, "_lib", None)
     monkeypatch.setattr(runtime, "library_path", lambda: str(tmp_path / "libunifl_gpu.so"))
     monkeypatch.setattr(runtime, "BUILD_INFO", str(info))
-    with pytest.raises(BackendUnavailable, match="CUDA kernels not built: nvcc not found at build time"):
+    with pytest.raises(BackendUnavailable,
+                       match="CUDA kernels not built: nvcc not found at build time"):
         runtime.devices()
 
 
-@pytest.mark.skipif(not os.path.exists(runtime.library_path()), reason="CUDA library not built here")
+@pytest.mark.skipif(not os.path.exists(runtime.library_path()),
+                    reason="CUDA library not built here")
 def test_built_library_reports_driver_state():
     """The nvcc-built library loads without a GPU; cudaGetDeviceCount's status decides the probe."""
     lib = runtime.load_library()

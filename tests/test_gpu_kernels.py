@@ -98,7 +98,8 @@ def test_multi_exp_tree_reduction(host, cpu, n):
     ex = mod_op.exp_limbs([secrets.randbits(secrets.choice([0, 1, 40, 130])) for _ in range(k * n)])
     ex = ex.reshape(k, n, -1)
     ex[1] = 0
-    assert np.array_equal(host.op_mont_multi_exp(ctx, x, ex), mod_op.mont_multi_exp(cpu, ctx, x, ex))
+    assert np.array_equal(host.op_mont_multi_exp(ctx, x, ex),
+                          mod_op.mont_multi_exp(cpu, ctx, x, ex))
 
 
 @pytest.mark.parametrize("bits", [1024, 2048])
@@ -142,7 +143,8 @@ def test_blob_layout_round_trip():
     blob = keys.priv_blob(sk)
     assert int(blob[-1]) == pk.n_ctx.num_limbs
     ctx_b = keys.ctx_blob(pk.nsquare_ctx)
-    assert int(ctx_b[1]) == pk.nsquare_ctx.num_limbs and ctx_b.size == 2 + 3 * pk.nsquare_ctx.num_limbs
+    L2 = pk.nsquare_ctx.num_limbs
+    assert int(ctx_b[1]) == L2 and ctx_b.size == 2 + 3 * L2
     pub = keys.pub_blob(pk)
     assert int(pub[ctx_b.size]) == pk.n_ctx.num_limbs
     assert from_limbs(pub[ctx_b.size + 1:][None, :]) == [pk.n]

@@ -3,8 +3,8 @@
 Why ctypes and not a pybind11 module compiled by nvcc: the library has a plain C ABI, so it needs
 neither Python headers nor pybind11 under nvcc, it is linked with the static CUDA runtime (no
 ``libcudart.so`` to find at run time), and a machine without a driver loads it fine and gets an
-error code from ``cudaGetDeviceCount`` (35, insufficient driver; 100, no device) that the probe turns
-into a reason, where an import-time failure would hide it.
+error code from ``cudaGetDeviceCount`` (35, insufficient driver; 100, no device) that the probe
+turns into a reason, where an import-time failure would hide it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def load_library() -> ctypes.CDLL:
             return _lib
         path = library_path()
         if not os.path.exists(path):
-            raise BackendUnavailable(f"CUDA kernels not built: {build_info().get('reason', 'unknown')}")
+            reason = build_info().get("reason", "unknown")
+            raise BackendUnavailable(f"CUDA kernels not built: {reason}")
         try:
             lib = ctypes.CDLL(path)
         except OSError as exc:
@@ -86,7 +87,7 @@ def error_string(lib: ctypes.CDLL, err: int) -> str:
 
 
 def devices() -> list[str]:
-    """Names of the CUDA devices; BackendUnavailable ("no CUDA driver", "no device", ...) if none."""
+    """Names of the CUDA devices; BackendUnavailable ("no CUDA driver", "no device") if none."""
     lib = load_library()
     count = ctypes.c_int(0)
     err = lib.unifl_gpu_device_count(ctypes.byref(count))
