@@ -27,10 +27,11 @@ devices: build
 build: $(STAMP)
 	$(BIN)/python setup.py -q build_ext --inplace
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt requirements-cuda.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -r requirements-cuda.txt   # nvcc for the gpu kernels (no GPU needed)
 	$(BIN)/python -m pip install -q --no-build-isolation -e .
 	touch $(STAMP)
 

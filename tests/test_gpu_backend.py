@@ -1,0 +1,100 @@
+"""The ``gpu`` backend itself: its refusal without a CUDA driver/device/build, the CUDA build check
+CI relies on, and (marked ``gpu``, skipped here with the probe's reason) the equivalence checks on a
+real device."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import secrets
+
+import pytest
+
+import unifl
+from unifl.backends import registry
+from unifl.backends.gpu import runtime
+from unifl.errors import BackendUnavailable
+
+from .conftest import paillier_keypair, random_odd_modulus
+
+GPU = registry.probe("gpu")
+needs_gpu = pytest.mark.skipif(not GPU.available, reason=f"gpu backend unavailable: {GPU.reason}")
+
+KNOWN_REASONS = ("no CUDA driver", "no device", "CUDA kernels not built",
+                 "CUDA initialisation failed", "CUDA library")
+
+
+def test_probe_answers_with_a_reason():
+    if GPU.available:
+        assert GPU.devices and all(d.startswith("cuda:") for d in GPU.devices)
+        assert GPU.stand_in is None                       # a real device, never a stand-in
+    else:
+        assert GPU.reason.startswith(KNOWN_REASONS), GPU.reason
+        with pytest.raises(BackendUnavailable, match="unavailable: " + GPU.reason.split(" (")[0]):
+            unifl.backend("gpu")
+
+
+def test_missing_library_is_reported_with_the_build_reason(monkeypatch, tmp_path):
+    info = tmp_path / "_build_info.json"
+    info.write_text(json.dumps({"built": False, "reason": "nvcc not found at build time"}))
+    monkeypatch.setattr(runtime, "_lib", None)
+    monkeypatch.setattr(runtime, "library_path", lambda: str(tmp_path / "libunifl_gpu.so"))
+    monkeypatch.setattr(runtime, "BUILD_INFO", str(info))
+    with pytest.raises(BackendUnavailable,
+                       match="CUDA kernels not built: nvcc not found at build time"):
+        runtime.devices()
+
+
+@pytest.mark.skipif(not os.path.exists(runtime.library_path()),
+                    reason="CUDA library not built here")
+def test_built_library_reports_driver_state():
+    """The nvcc-built library loads without a GPU; cudaGetDeviceCount's status decides the probe."""
+    lib = runtime.load_library()
+    count = ctypes.c_int(-1)
+    err = lib.unifl_gpu_device_count(ctypes.byref(count))
+    if err == runtime.CUDA_ERROR_INSUFFICIENT_DRIVER:
+        assert GPU.reason.startswith("no CUDA driver") and count.value == 0
+    elif err == 0 and count.value > 0:
+        assert GPU.available
+    else:
+        assert not GPU.available
+
+
+@pytest.mark.skipif(os.environ.get("UNIFL_REQUIRE_CUDA_BUILD") != "1",
+                    reason="UNIFL_REQUIRE_CUDA_BUILD=1 not set (CI sets it so a silent skip of the "
+                           "CUDA compile fails here)")
+def test_cuda_library_was_built():
+    info = runtime.build_info()
+    assert info.get("built"), f"CUDA kernels were not built: {info.get('reason')}"
+    assert os.path.exists(runtime.library_path())
+    runtime.load_library()                                    # and it links/loads
+
+
+# ------------------------------------------------------------------ on a real device (marked gpu)
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("bits", [64, 1000, 1024, 2048, 2050, 4096, 8192])
+def test_device_mont_mul_mod_mul_mod_exp(bits):
+    gpu, cpu = unifl.backend("gpu"), unifl.backend("cpu")
+    m = random_odd_modulus(bits)
+    a = [0, 1, m - 1] + [secrets.randbelow(m) for _ in range(5000)]
+    b = a[::-1]
+    assert gpu.mont_mul(a, b, m) == cpu.mont_mul(a, b, m)
+    assert gpu.mod_mul(a, b, m) == cpu.mod_mul(a, b, m)
+    if bits <= 4096:
+        e = [0, 1, m - 1] + [secrets.randbits(bits) for _ in range(500)]
+        assert gpu.mod_exp(a[:503], e, m) == cpu.mod_exp(a[:503], e, m)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("bits", [1024, 2048])
+def test_device_paillier(bits):
+    gpu, cpu = unifl.backend("gpu"), unifl.backend("cpu")
+    pk, sk = paillier_keypair(bits)
+    ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(1000)]
+    rs = [secrets.randbelow(pk.n - 1) + 1 for _ in ms]
+    c = pk.raw_encrypt(ms, backend=gpu, r_values=rs)
+    assert c == pk.raw_encrypt(ms, backend=cpu, r_values=rs)
+    assert sk.raw_decrypt(c, backend=gpu) == ms

@@ -1,0 +1,61 @@
+"""``gpu``: UniFL's CUDA backend -- MontMult, ModMult, fixed-window ModExp, fused Paillier encryption
+(UniFL Alg. 4), the ciphertext×plaintext matmul reduction (Alg. 5) and CRT decryption as CUDA
+kernels, run on every visible NVIDIA GPU.
+
+Layout: one thread per instance.  Each thread owns one big number (or one Paillier operation) and
+runs the whole CIOS Montgomery loop with 64-bit limbs (``mul.lo/mul.hi.u64``); batches are staged
+limb-major on the device, so the 32 lanes of a warp read limb j of 32 neighbouring instances in one
+coalesced 256-byte transaction.  Why this suits Ampere/Hopper (sm_80/sm_90) and FL batches of
+10^4..10^6 values: no inter-thread carry propagation (no shuffles, no warp votes, no
+``__syncwarp`` per word, which CGBN's TPI > 1 layouts pay), every lane busy on independent
+instances, and a working set (the 16-entry window table) in local memory, which these chips cache in
+a large unified L1/shared array (192 KB/SM on A100, 256 KB/SM on H100).  The price is latency per
+instance and a small batch leaves SMs idle; CGBN's several-threads-per-instance layout is the better
+choice for small batches, hence the optional CGBN note in docs/gpu.md.  Per-key constants are uploaded
+once per device and copied into shared memory by each block (Alg. 4 lines 5-9).
+
+Kernels are templates over the limb capacity LMAX in {16, 32, 48, 64, 96, 128}: a modulus of L
+limbs (64..8192 bits) runs in the smallest class >= L with loops over its own L, so results are
+bit-identical to ``cpu`` with R = 2^(64·L).
+
+Single source: every kernel body is a ``__host__ __device__`` function in ``src/kernels.cuh``; the
+test suite runs the same bodies on the CPU through the host harness (``host.py``, backend
+``gpu_host``) in the equivalence harness.  No GPU was available while this backend was written: the
+CUDA library is compiled (nvcc, warnings as errors) but no kernel has been run on a GPU here and no
+GPU figure has been measured.  Tests marked ``gpu`` run the equivalence checks on a real device.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ...errors import BackendUnavailable
+from ..base import ProbeResult
+from .kernel_backend import KernelBackend, _c
+
+
+class GpuBackend(KernelBackend):
+    name = "gpu"
+
+    def __init__(self, cgbn: bool | None = None, **options) -> None:
+        super().__init__(**options)
+        from .runtime import CudaEngine
+        self.engine = CudaEngine()
+        #: use the optional CGBN ModExp (only in a CGBN build; docs/gpu.md) -- UNIFL_GPU_CGBN=1
+        self.cgbn = os.environ.get("UNIFL_GPU_CGBN") == "1" if cgbn is None else cgbn
+
+    def op_mod_exp(self, ctx, base, exps):
+        if self.cgbn:
+            out = self.engine.cgbn_mod_exp(self._ctx(ctx), _c(base), _c(exps))
+            if out is not None:
+                return out
+        return super().op_mod_exp(ctx, base, exps)
+
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        from . import runtime
+        try:
+            devs = runtime.devices()
+        except BackendUnavailable as exc:
+            return ProbeResult(False, str(exc))
+        return ProbeResult(True, f"CUDA kernels on {len(devs)} device(s)", devs)

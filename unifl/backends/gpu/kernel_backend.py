@@ -1,0 +1,103 @@
+"""The native-op face shared by everything that runs the gpu kernel bodies: the ``gpu`` backend
+(bodies on CUDA devices, through ``runtime.CudaEngine``) and the test-only ``gpu_host`` stand-in
+(the same bodies compiled by g++ and run on the host CPU, ``host.HostEngine``).
+
+An engine takes key blobs (``keys.py``) prepared once per modulus / key and canonical limb batches
+``(N, L)`` (see ``unifl.base_op.limbs``), and returns canonical batches.  Ops mapped onto the
+native-op contract of ``unifl.backends.base.OPS``:
+
+=================  ==========================================================================
+mont_mul           MontMult kernel; also the homomorphic ciphertext addition (c̄1·c̄2·R^-1)
+mod_mul            MontMult then MontMult by R² (a·b mod m, plain in and out)
+mont_exp           fixed-window (w = 4) ModExp in the Montgomery domain; also ciphertext×scalar
+mod_exp            enter the domain, mont_exp, leave it: one kernel
+mont_multi_exp     UniFL Alg. 5: K·N powers, then log2(N) halving rounds of MontMults on the device
+paillier_encrypt   UniFL Alg. 4: (1 + m·n)·r^n mod n², one domain entry per operand, one kernel
+paillier_decrypt   CRT decryption, one kernel (wide reductions by Montgomery multiplication)
+=================  ==========================================================================
+
+``mont_prod_groups`` and the fixed-base (DJN) encryption are not native here: the generic layers
+compose them from the MontMult kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...base_op import MontContext
+from ...errors import OperandError
+from ..base import Backend
+from . import keys
+
+
+class Engine(Protocol):
+    """What a kernel engine offers (all arrays uint64, C-contiguous)."""
+
+    def prepare(self, blob: np.ndarray, kind: int) -> Any: ...
+    def mul(self, key: Any, a: np.ndarray, b: np.ndarray, mode: int) -> np.ndarray: ...
+    def exp(self, key: Any, base: np.ndarray, exps: np.ndarray, mode: int) -> np.ndarray: ...
+    def multi_exp(self, key: Any, bases: np.ndarray, exps: np.ndarray) -> np.ndarray: ...
+    def paillier_encrypt(self, pub: Any, m: np.ndarray, r: np.ndarray) -> np.ndarray: ...
+    def paillier_decrypt(self, priv: Any, c: np.ndarray) -> np.ndarray: ...
+
+
+MONT_MUL, MOD_MUL = 0, 1   # MulMode in kernels.cuh
+MONT_EXP, MOD_EXP = 0, 1   # ExpMode in kernels.cuh
+KIND_CTX, KIND_PUB, KIND_PRIV = 0, 1, 2   # key blob kinds (keys.py)
+
+
+def _c(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+class KernelBackend(Backend):
+    """A backend whose native ops are the gpu kernel bodies run by ``self.engine``."""
+
+    name = "kernel-abstract"
+    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
+                            "paillier_encrypt", "paillier_decrypt"})
+    engine: Engine
+
+    # ---- per-key constants, prepared (uploaded) once and kept in the key's device_state
+    def _key(self, holder, build, kind: int) -> Any:
+        st = holder.device_state.get(self.name)
+        if st is None:
+            st = holder.device_state[self.name] = self.engine.prepare(build(holder), kind)
+        return st
+
+    def _ctx(self, ctx: MontContext) -> Any:
+        if ctx.num_limbs > keys.MAX_LIMBS:
+            raise OperandError(f"the {self.name} backend supports moduli up to "
+                               f"{64 * keys.MAX_LIMBS} bits, got {ctx.bits}")
+        return self._key(ctx, keys.ctx_blob, KIND_CTX)
+
+    # ---- base_op / mod_op
+    def op_mont_mul(self, ctx, a, b):
+        return self.engine.mul(self._ctx(ctx), _c(a), _c(b), MONT_MUL)
+
+    def op_mod_mul(self, ctx, a, b):
+        return self.engine.mul(self._ctx(ctx), _c(a), _c(b), MOD_MUL)
+
+    def op_mont_exp(self, ctx, base_mont, exps):
+        return self.engine.exp(self._ctx(ctx), _c(base_mont), _c(exps), MONT_EXP)
+
+    def op_mod_exp(self, ctx, base, exps):
+        return self.engine.exp(self._ctx(ctx), _c(base), _c(exps), MOD_EXP)
+
+    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+        return self.engine.multi_exp(self._ctx(ctx), _c(bases_mont), _c(exps))
+
+    # ---- fused Paillier
+    def op_paillier_encrypt(self, pk, m, r):
+        if pk.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
+            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
+                               f"{32 * keys.MAX_LIMBS} bits")
+        return self.engine.paillier_encrypt(self._key(pk, keys.pub_blob, KIND_PUB), _c(m), _c(r))
+
+    def op_paillier_decrypt(self, sk, c_mont):
+        if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
+            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
+                               f"{32 * keys.MAX_LIMBS} bits")
+        return self.engine.paillier_decrypt(self._key(sk, keys.priv_blob, KIND_PRIV), _c(c_mont))

@@ -1,0 +1,69 @@
+"""Key blobs of the gpu kernels: every per-modulus / per-key constant in one uint64 array, built
+once per key on the host and uploaded once per device (the layout is documented, and parsed, in
+``src/kernels.cuh``; the host harness checks the two agree).
+
+Constants (R = 2^(64·L) of the modulus in question):
+
+* ModCtx  ``[n0', L, m, R mod m, R² mod m]``
+* PubKey  ``[ModCtx(n²), Ln, n]``
+* PrivKey the four contexts of p², q², p, q; ``Wp_j = Rp²^(j+2)·R_{n²}^-1 mod p²`` (so a wide
+  reduction of c̄ = c·R_{n²} by Montgomery multiplications lands in p²'s domain), p − 1, q − 1,
+  ``p^-1 mod 2^(64·Lp)`` (exact division (x − 1)/p as a multiplication), ``h_p·Rp² mod p``,
+  ``h_q·Rq mod q``, ``Wpq_j = Rp^(j+2) mod p``, ``q^-1 mod p``, q, Ln.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...base_op import MontContext, mont_context
+from ...base_op.limbs import limb_count, to_limbs
+
+MAX_LIMBS = 128  # largest instantiated size class: 8192-bit moduli
+
+
+def _limbs(value: int, n: int) -> np.ndarray:
+    return to_limbs([value], n)[0]
+
+
+def _words(*vals: int) -> np.ndarray:
+    return np.array(vals, dtype=np.uint64)
+
+
+def ctx_blob(ctx: MontContext) -> np.ndarray:
+    L = ctx.num_limbs
+    return np.concatenate([_words(ctx.n0inv, L), ctx.m_limbs.astype(np.uint64),
+                           _limbs(ctx.r_mod, L), _limbs(ctx.r2, L)])
+
+
+def pub_blob(pk) -> np.ndarray:
+    Ln = pk.n_ctx.num_limbs
+    return np.concatenate([ctx_blob(pk.nsquare_ctx), _words(Ln), _limbs(pk.n, Ln)])
+
+
+def _wide_reduction_constants(target: MontContext, chunks: int, factor: int) -> np.ndarray:
+    """W_j = R^(j+2)·factor mod m for j < chunks (see reduce_wide in src/bn_core.cuh)."""
+    m, R, L = target.m, target.R, target.num_limbs
+    return np.concatenate([_limbs(pow(R, j + 2, m) * factor % m, L) for j in range(chunks)])
+
+
+def priv_blob(sk) -> np.ndarray:
+    pk = sk.public_key
+    n2 = pk.nsquare_ctx
+    p2, q2 = sk.psquare_ctx, sk.qsquare_ctx
+    pc, qc = mont_context(sk.p), mont_context(sk.q)
+    L2, Ln = n2.num_limbs, pk.n_ctx.num_limbs
+    parts = [ctx_blob(p2), ctx_blob(q2), ctx_blob(pc), ctx_blob(qc), _words(L2)]
+    for sq in (p2, q2):
+        k = -(-L2 // sq.num_limbs)
+        parts += [_words(k), _wide_reduction_constants(sq, k, pow(n2.R, -1, sq.m))]
+    for prime in (sk.p, sk.q):
+        le = limb_count((prime - 1).bit_length())
+        parts += [_words(le), _limbs(prime - 1, le)]
+    parts += [_limbs(pow(sk.p, -1, pc.R), pc.num_limbs), _limbs(pow(sk.q, -1, qc.R), qc.num_limbs),
+              _limbs(sk.hp * pc.R * pc.R % sk.p, pc.num_limbs),
+              _limbs(sk.hq * qc.R % sk.q, qc.num_limbs)]
+    kpq = -(-qc.num_limbs // pc.num_limbs)
+    parts += [_words(kpq), _wide_reduction_constants(pc, kpq, 1),
+              _limbs(sk.q_inverse, pc.num_limbs), _limbs(sk.q, qc.num_limbs), _words(Ln)]
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)

@@ -1,0 +1,280 @@
+// UniFL gpu backend: the kernel bodies.  Each is a __host__ __device__ function of (instance index,
+// pointers, sizes); the __global__ wrappers in gpu_runtime.cu only stage the key in shared memory,
+// compute the index and call the body, and the host harness (gpu_host.cpp, built by g++) calls the
+// same bodies for every index on the CPU.
+//
+// Layout.  One thread per instance.  A batch of big numbers is addressed through `Lay`: limb j of
+// element i is at i*se + j*sl.  The CUDA runtime stages batches limb-major (se = 1, sl = N: limb j
+// of 32 neighbouring threads is 32 consecutive words, one coalesced 256-byte access); the canonical
+// host layout is element-major (se = L, sl = 1).  The host harness runs both.
+//
+// Key blobs.  Per-modulus / per-key constants travel as one uint64 array, uploaded once per key and
+// copied into shared memory by each block (UniFL Alg. 4 lines 5-9).  Layouts (all little-endian
+// limbs; Python side: unifl/backends/gpu/keys.py builds them):
+//   ModCtx   [n0inv, L, m(L), R mod m (L), R² mod m (L)]
+//   PubKey   [ModCtx of n²][Ln, n (Ln)]
+//   PrivKey  [ModCtx p²][ModCtx q²][ModCtx p][ModCtx q][L2]
+//            [Kp, Wp (Kp·Lp2)][Kq, Wq (Kq·Lq2)][Lep, p−1 (Lep)][Leq, q−1 (Leq)]
+//            [p^-1 mod 2^(64·Lp) (Lp)][q^-1 mod 2^(64·Lq) (Lq)][h_p·Rp² mod p (Lp)][h_q·Rq mod q (Lq)]
+//            [Kpq, Wpq (Kpq·Lp)][q^-1 mod p (Lp)][q (Lq)][Ln]
+//   with Wp_j = Rp2^(j+2)·R_{n²}^-1 mod p² (leaves n²'s domain, enters p²'s), Wpq_j = Rp^(j+2) mod p.
+//
+// Size classes.  LMAX (array capacity) is a template parameter instantiated for 16, 32, 48, 64, 96
+// and 128 limbs; a modulus of L limbs runs in the smallest class >= L (any 64..8192-bit modulus).
+// Loops run to the real L, so R = 2^(64·L) exactly as in unifl.base_op and results are bit-identical.
+#pragma once
+
+#include "bn_core.cuh"
+
+namespace unifl_gpu {
+
+struct Lay {
+    long long se;  // stride between elements
+    long long sl;  // stride between limbs
+};
+
+UNIFL_HD void load(u64 *dst, const u64 *src, const Lay &y, long long i, int L) {
+    for (int j = 0; j < L; ++j) dst[j] = src[i * y.se + j * y.sl];
+}
+
+UNIFL_HD void store(u64 *dst, const u64 *src, const Lay &y, long long i, int L) {
+    for (int j = 0; j < L; ++j) dst[i * y.se + j * y.sl] = src[j];
+}
+
+// ------------------------------------------------------------------------------------ key blobs
+UNIFL_HD ModCtx parse_ctx(const u64 *&p) {
+    ModCtx k;
+    k.n0inv = p[0];
+    k.L = (int)p[1];
+    k.m = p + 2;
+    k.r1 = p + 2 + k.L;
+    k.r2 = p + 2 + 2 * k.L;
+    p += 2 + 3 * k.L;
+    return k;
+}
+
+struct PubKey {
+    ModCtx n2;
+    int Ln;
+    const u64 *n;
+};
+
+UNIFL_HD PubKey parse_pub(const u64 *p) {
+    PubKey k;
+    k.n2 = parse_ctx(p);
+    k.Ln = (int)p[0];
+    k.n = p + 1;
+    return k;
+}
+
+struct PrivKey {
+    ModCtx p2, q2, p, q;
+    int L2, Kp, Kq, Lep, Leq, Kpq, Ln;
+    const u64 *Wp, *Wq, *pm1, *qm1, *pinv, *qinv_w, *hpR2, *hqR, *Wpq, *qinv_p, *qv;
+};
+
+UNIFL_HD PrivKey parse_priv(const u64 *p) {
+    PrivKey k;
+    k.p2 = parse_ctx(p);
+    k.q2 = parse_ctx(p);
+    k.p = parse_ctx(p);
+    k.q = parse_ctx(p);
+    k.L2 = (int)*p++;
+    k.Kp = (int)*p++;
+    k.Wp = p;
+    p += (long long)k.Kp * k.p2.L;
+    k.Kq = (int)*p++;
+    k.Wq = p;
+    p += (long long)k.Kq * k.q2.L;
+    k.Lep = (int)*p++;
+    k.pm1 = p;
+    p += k.Lep;
+    k.Leq = (int)*p++;
+    k.qm1 = p;
+    p += k.Leq;
+    k.pinv = p;
+    p += k.p.L;
+    k.qinv_w = p;
+    p += k.q.L;
+    k.hpR2 = p;
+    p += k.p.L;
+    k.hqR = p;
+    p += k.q.L;
+    k.Kpq = (int)*p++;
+    k.Wpq = p;
+    p += (long long)k.Kpq * k.p.L;
+    k.qinv_p = p;
+    p += k.p.L;
+    k.qv = p;
+    p += k.q.L;
+    k.Ln = (int)*p++;
+    return k;
+}
+
+// Smallest instantiated capacity >= L limbs (0 when L exceeds 8192 bits).
+UNIFL_HD int lmax_class(int L) {
+    return L <= 16 ? 16 : L <= 32 ? 32 : L <= 48 ? 48 : L <= 64 ? 64 : L <= 96 ? 96 : L <= 128 ? 128 : 0;
+}
+
+// Capacity a key's bodies need: the widest number they hold in local arrays.
+inline int ctx_lmax(const u64 *blob) { return lmax_class((int)blob[1]); }
+
+inline int pub_lmax(const u64 *blob) { return lmax_class((int)blob[1]); }
+
+inline int priv_lmax(const u64 *blob) {
+    PrivKey k = parse_priv(blob);
+    int L = k.p2.L;
+    if (k.q2.L > L) L = k.q2.L;
+    if (k.Ln > L) L = k.Ln;
+    return lmax_class(L);
+}
+
+// Calls `body` with a compile-time LM equal to the runtime class `lmax`; returns false if none.
+#define UNIFL_WITH_LMAX(lmax, ...)                                   \
+    [&]() -> bool {                                                  \
+        switch (lmax) {                                              \
+            case 16: { constexpr int LM = 16; __VA_ARGS__; return true; }   \
+            case 32: { constexpr int LM = 32; __VA_ARGS__; return true; }   \
+            case 48: { constexpr int LM = 48; __VA_ARGS__; return true; }   \
+            case 64: { constexpr int LM = 64; __VA_ARGS__; return true; }   \
+            case 96: { constexpr int LM = 96; __VA_ARGS__; return true; }   \
+            case 128: { constexpr int LM = 128; __VA_ARGS__; return true; } \
+            default: return false;                                   \
+        }                                                            \
+    }()
+
+// ------------------------------------------------------------------------------------ bodies
+enum MulMode { kMontMul = 0, kModMul = 1 };
+enum ExpMode { kMontExp = 0, kModExp = 1 };
+
+// out_i = a_i·b_i·R^-1 mod m (kMontMul) or a_i·b_i mod m (kModMul: one more MontMult by R²).
+template <int LMAX>
+UNIFL_HD void body_mul(long long i, const u64 *key, u64 *out, const u64 *a, const u64 *b, Lay lay,
+                       int mode) {
+    const u64 *p = key;
+    const ModCtx k = parse_ctx(p);
+    u64 x[LMAX], y[LMAX];
+    load(x, a, lay, i, k.L);
+    load(y, b, lay, i, k.L);
+    mm<LMAX>(x, x, y, k);
+    if (mode == kModMul) to_mont<LMAX>(x, x, k);
+    store(out, x, lay, i, k.L);
+}
+
+// kMontExp: out_i = x_i^e_i·R for x̄_i in the domain.  kModExp: out_i = x_i^e_i mod m, plain in and
+// out (enters and leaves the domain once).  exps: element-major (N|1, Le); e_shared: one row for all.
+template <int LMAX>
+UNIFL_HD void body_exp(long long i, const u64 *key, u64 *out, const u64 *base, Lay lay,
+                       const u64 *exps, int Le, int e_shared, int mode) {
+    const u64 *p = key;
+    const ModCtx k = parse_ctx(p);
+    u64 x[LMAX];
+    load(x, base, lay, i, k.L);
+    if (mode == kModExp) to_mont<LMAX>(x, x, k);
+    mont_exp<LMAX>(x, x, exps + (e_shared ? 0 : i * (long long)Le), Le, k);
+    if (mode == kModExp) from_mont<LMAX>(x, x, k);
+    store(out, x, lay, i, k.L);
+}
+
+// Fused Paillier encryption (UniFL Alg. 4): c̄_i = (1 + m_i·n)·r_i^n·R mod n², Montgomery form.
+// r and g = 1 + m·n enter the domain once each; the result stays in it (the SDK keeps ciphertexts
+// in Montgomery form).  m, r: Ln limbs (lay_n); out: L2 limbs (lay_2).
+template <int LMAX>
+UNIFL_HD void body_paillier_encrypt(long long i, const u64 *key, u64 *out, Lay lay_2, const u64 *m,
+                                    const u64 *r, Lay lay_n) {
+    const PubKey k = parse_pub(key);
+    const int L2 = k.n2.L;
+    u64 t[LMAX], g[LMAX], v[LMAX];
+    set_zero(v, L2);
+    load(v, r, lay_n, i, k.Ln);
+    to_mont<LMAX>(v, v, k.n2);                        // r̄ = r·R mod n²
+    mont_exp<LMAX>(t, v, k.n, k.Ln, k.n2);            // r^n·R
+    load(v, m, lay_n, i, k.Ln);
+    mul_low(g, L2, v, k.Ln, k.n, k.Ln);               // m·n < n², fits L2 limbs
+    for (int j = 0; j < L2; ++j) {                    // + 1, m·n + 1 < n²
+        if (++g[j] != 0) break;
+    }
+    to_mont<LMAX>(g, g, k.n2);
+    mm<LMAX>(g, g, t, k.n2);                          // (1 + m·n)·r^n·R
+    store(out, g, lay_2, i, L2);
+}
+
+// mont_multi_exp, step 1 (UniFL Alg. 5 lines 1-11): instance i = kk·N + col computes
+// base_col^e_(kk,col)·R into scratch element i.  exps: (K, N, Le) element-major.
+template <int LMAX>
+UNIFL_HD void body_multi_exp_powers(long long i, const u64 *key, u64 *scratch, Lay lay_s,
+                                    const u64 *bases, Lay lay_b, const u64 *exps, int Le,
+                                    long long N) {
+    const u64 *p = key;
+    const ModCtx k = parse_ctx(p);
+    u64 x[LMAX];
+    load(x, bases, lay_b, i % N, k.L);
+    mont_exp<LMAX>(x, x, exps + i * (long long)Le, Le, k);
+    store(scratch, x, lay_s, i, k.L);
+}
+
+// mont_multi_exp, step 2 (Alg. 5 lines 12-19, as a tree on the device): one halving round over every
+// row kk of scratch (rows of N elements, first `cnt` live): element j < cnt − half of row kk becomes
+// x_j·x_(j+half), half = ceil(cnt/2).  Instances: K·(cnt − half); log2(N) rounds leave the row
+// product in element 0.
+template <int LMAX>
+UNIFL_HD void body_prod_round(long long i, const u64 *key, u64 *scratch, Lay lay_s, long long N,
+                              long long cnt) {
+    const u64 *p = key;
+    const ModCtx k = parse_ctx(p);
+    const long long half = (cnt + 1) / 2, pairs = cnt - half;
+    const long long row = i / pairs, j = i % pairs;
+    u64 x[LMAX], y[LMAX];
+    load(x, scratch, lay_s, row * N + j, k.L);
+    load(y, scratch, lay_s, row * N + j + half, k.L);
+    mm<LMAX>(x, x, y, k);
+    store(scratch, x, lay_s, row * N + j, k.L);
+}
+
+// One CRT half of decryption: res = L_s(c^(s−1) mod s²)·h_s mod s, where the caller's `hconst`
+// chooses the output form (h·Rs² mod s: Montgomery form; h·Rs mod s: plain).  L_s(x) = (x − 1)/s is
+// an exact division, done as a multiplication by s^-1 mod 2^(64·Ls).
+template <int LMAX, class Load>
+UNIFL_HD void crt_half(u64 *res, Load load_c, const ModCtx &sq, const ModCtx &s, int K, const u64 *W,
+                       const u64 *e, int Le, const u64 *inv, const u64 *hconst) {
+    u64 x[LMAX], y[LMAX];
+    reduce_wide<LMAX>(x, load_c, K, W, sq);           // c·Rs² mod s²
+    mont_exp<LMAX>(x, x, e, Le, sq);
+    from_mont<LMAX>(x, x, sq);                        // c^(s−1) mod s², ≡ 1 mod s
+    for (int j = 0; j < sq.L; ++j) {                  // − 1
+        if (x[j]-- != 0) break;
+    }
+    mul_low(y, s.L, x, sq.L, inv, s.L);               // (x − 1)/s < s
+    mm<LMAX>(res, y, hconst, s);
+}
+
+// CRT decryption: m_i from c̄_i (Montgomery form mod n², L2 limbs, lay_2) into Ln limbs (lay_n):
+// m = m_q + q·((m_p − m_q)·q^-1 mod p).
+template <int LMAX>
+UNIFL_HD void body_paillier_decrypt(long long i, const u64 *key, u64 *out, Lay lay_n, const u64 *c,
+                                    Lay lay_2) {
+    const PrivKey k = parse_priv(key);
+    const int L2 = k.L2;
+    auto load_c = [&](int j) -> u64 { return j < L2 ? c[i * lay_2.se + j * lay_2.sl] : 0; };
+    u64 mp[LMAX], mq[LMAX], t[LMAX], h[LMAX];
+    crt_half<LMAX>(mp, load_c, k.p2, k.p, k.Kp, k.Wp, k.pm1, k.Lep, k.pinv, k.hpR2);   // m_p·Rp
+    crt_half<LMAX>(mq, load_c, k.q2, k.q, k.Kq, k.Wq, k.qm1, k.Leq, k.qinv_w, k.hqR);  // m_q
+    const int Lq = k.q.L;
+    auto load_mq = [&](int j) -> u64 { return j < Lq ? mq[j] : 0; };
+    reduce_wide<LMAX>(t, load_mq, k.Kpq, k.Wpq, k.p);    // m_q·Rp mod p
+    mod_sub(t, mp, t, k.p.m, k.p.L);
+    mm<LMAX>(h, t, k.qinv_p, k.p);                       // (m_p − m_q)·q^-1 mod p, plain
+    mul_low(t, k.Ln, k.qv, Lq, h, k.p.L);                // q·h < n
+    u64 carry = 0;
+    for (int j = 0; j < k.Ln; ++j) {                     // + m_q
+        const u64 a = j < Lq ? mq[j] : 0;
+        u64 s = t[j] + carry;
+        const u64 c1 = (s < carry);
+        s += a;
+        carry = c1 | (s < a);
+        t[j] = s;
+    }
+    store(out, t, lay_n, i, k.Ln);
+}
+
+}  // namespace unifl_gpu
