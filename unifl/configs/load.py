@@ -39,7 +39,8 @@ def resolve(path: str | os.PathLike) -> Path:
 def _format(where: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        field = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        loc = [str(x) for x in err["loc"] if x != "[key]"]     # a bad mapping key: name the key
+        field = ".".join(loc) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
