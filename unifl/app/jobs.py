@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TransportError
 from .channel import ROLES, Channel
 
 #: algorithm -> (module, function) run by each party
@@ -78,3 +78,44 @@ def run_job(role: str, job: dict, channel: Channel, backend, *, data_dir: str | 
     result.setdefault("algorithm", job["algorithm"])
     result["network"] = {k: v for k, v in channel.stats.items()}
     return result
+
+
+def run_local(job: dict, backend, *, data_dir: str | None = None, progress: bool = False,
+              timeout: float = 120.0, backends: dict | None = None) -> dict[str, dict]:
+    """All parties of ``job`` as threads of this process over :class:`LocalTransport` (tests,
+    single-machine benchmarks).  Returns {role: result}; the first party error is re-raised after
+    every thread has ended (a failing party closes its transport, so its peers stop promptly).
+
+    Args:
+        backends: optional per-role backends (mixed-hardware runs); ``backend`` otherwise.
+    """
+    import threading
+
+    from .channel import local_transports
+
+    job = validate_job(job)
+    transports = local_transports(tuple(job["parties"]))
+    results: dict[str, dict] = {}
+    errors: dict[str, BaseException] = {}
+
+    def party(role: str) -> None:
+        be = (backends or {}).get(role, backend)
+        chan = Channel(transports[role], timeout, be)
+        try:
+            results[role] = run_job(role, job, chan, be, data_dir=data_dir, progress=progress)
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
+            errors[role] = exc
+        finally:
+            chan.close()
+
+    threads = [threading.Thread(target=party, args=(r,), name=f"unifl-{r}") for r in job["parties"]]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        # the root cause, not the peers' "peer closed" consequences
+        first = next((e for e in errors.values() if not isinstance(e, TransportError)),
+                     next(iter(errors.values())))
+        raise first
+    return results
