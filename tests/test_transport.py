@@ -181,6 +181,23 @@ def test_unreachable_peer_and_closed_peer():
         h.send("guest", "t", b"x")
 
 
+def test_a_failed_send_never_lets_the_next_message_pass_as_a_duplicate(tmp_path):
+    from unifl.demo import free_port
+    port = free_port()
+    g = GrpcTransport("guest", "127.0.0.1:0", {"host": f"127.0.0.1:{port}"}, "job1", timeout_s=T)
+    with pytest.raises(PeerUnavailable):
+        g.send("host", "t", b"lost", timeout=0.5)      # nobody listens yet: not delivered
+    h = GrpcTransport("host", f"127.0.0.1:{port}", {"guest": g.address}, "job1", timeout_s=T)
+    try:
+        with pytest.raises(SequenceError, match="expected seq 1"):
+            g.send("host", "t", b"next")                # the gap is reported, not hidden
+        with pytest.raises(SequenceError):
+            h.recv("guest", "t")
+    finally:
+        g.close()
+        h.close()
+
+
 KILLED_PEER = textwrap.dedent("""
     import sys, time
     from unifl.app.transport import GrpcTransport

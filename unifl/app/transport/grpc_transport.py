@@ -256,6 +256,10 @@ class GrpcTransport:
                            sender=self.role, receiver=dst, tag=tag, session=self.session, seq=seq,
                            payload=data, crc32=zlib.crc32(data)).SerializeToString()
             stub = self._stub(dst)
+            # The seq is used up by this attempt whatever happens: if the message did arrive but
+            # its Ack was lost, reusing the seq would make the receiver drop the NEXT message as a
+            # "duplicate"; consuming it turns a truly lost message into a SequenceError instead.
+            self._next_seq[dst] = seq + 1
             deadline = time.monotonic() + timeout
             delay, attempt, last_err = 0.05, 0, "no attempt"
             while True:
@@ -290,7 +294,6 @@ class GrpcTransport:
             if ack.protocol_version != self.protocol_version:
                 raise ProtocolVersionError(f"{dst} answered with protocol v{ack.protocol_version}, "
                                            f"{self.role} speaks v{self.protocol_version}")
-            self._next_seq[dst] = seq + 1
         with self._cond:
             if tag != BYE_TAG:
                 self.stats["bytes_sent"] += len(data)
