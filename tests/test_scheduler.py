@@ -194,3 +194,19 @@ def test_thread_executor_keeps_order_and_raises():
     with pytest.raises(ZeroDivisionError):
         ex.map(lambda x: 1 // x, [1, 0, 2])
     ex.close()
+
+
+@pytest.mark.skipif(not registry.probe("fpga").available, reason="no OpenCL device (PoCL) here")
+def test_two_fpga_devices_split_a_batch_bit_identically():
+    # FLASH's multi-accelerator layout on two OpenCL device instances (PoCL here stands in)
+    be = backend_from_config(PartyConfig(party="guest", backend="fpga", devices=[{}, {}]))
+    assert isinstance(be, MultiDeviceBackend) and be.selection["chosen"] == "fpga"
+    m = random_odd_modulus(1024)
+    ctx = base_op.mont_context(m)
+    a = ctx.to_limbs([secrets.randbelow(m) for _ in range(40)])
+    e = mod_op.exp_limbs([secrets.randbits(64) for _ in range(40)])
+    assert np.array_equal(mod_op.mod_exp(be, ctx, a, e),
+                          mod_op.mod_exp(registry.backend("cpu"), ctx, a, e))
+    rows = be.report()
+    assert len({r["device"] for r in rows}) == 2 and all(r["stand_in"] for r in rows)
+    be.close()
