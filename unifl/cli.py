@@ -201,18 +201,12 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
     `unifl run --config guest_fpga.yaml --job demo_vlr_breast.yaml`."""
     import logging
 
-    from .configs import load_job, load_party
+    from .configs import PartyConfig, load_job, load_party, validate
     from .errors import ConfigError, UniflError
     from .party import run_party
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        party_over: dict = {}
-        if key_bits:
-            party_over["key_bits"] = key_bits
-        cfg = load_party(config, **party_over)
-        if timeout:
-            cfg = cfg.model_copy(update={"network": cfg.network.model_copy(
-                update={"timeout_s": float(timeout)})})
+        cfg = load_party(config)
         jobc = load_job(job, **({"key_bits": key_bits} if key_bits else {}))
         peers = {}
         for item in peer or []:
@@ -220,20 +214,28 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
             if not sep:
                 raise ConfigError(f"--peer {item!r}: expected ROLE=HOST:PORT")
             peers[role] = addr
-        if listen or peers:   # validate the overrides with the schema
-            from .configs import validate
-            from .configs.schema import NetworkSection
-            net = cfg.network.model_dump()
-            net.update({"listen": listen or net["listen"], "peers": {**net["peers"], **peers}})
-            validate(NetworkSection, net, "--listen/--peer")
-        result = run_party(cfg, jobc, data_dir=data_dir, progress=progress, listen=listen,
-                           peers=peers or None)
+        # command-line overrides are validated by the same schema as the file
+        data = cfg.model_dump()
+        data["network"]["peers"].update(peers)
+        if listen:
+            data["network"]["listen"] = listen
+        if timeout is not None:
+            data["network"]["timeout_s"] = timeout
+        if key_bits:
+            data["key_bits"] = key_bits
+        cfg = validate(PartyConfig, data, f"{config} (with command-line overrides)")
+        result = run_party(cfg, jobc, data_dir=data_dir, progress=progress)
     except UniflError as exc:
         console.print(f"[bold red]{config}: {type(exc).__name__}: {exc}[/bold red]")
         if json_out:
             json_out.write_text(json.dumps({"error": {"type": type(exc).__name__,
                                                       "message": str(exc)}}))
         raise typer.Exit(_exit_code(exc))
+    except Exception as exc:   # a bug: keep the traceback, but tell the demo's parent what broke
+        if json_out:
+            json_out.write_text(json.dumps({"error": {"type": type(exc).__name__,
+                                                      "message": str(exc)}}))
+        raise
     if json_out:
         json_out.write_text(json.dumps(result, default=_json_default))
     if table:
