@@ -35,7 +35,8 @@ def test_shipped_examples_cover_every_backend():
 def test_defaults_and_backend_options():
     cfg = load_party("host_qat.yaml")
     assert cfg.backend == "qat" and cfg.fallback == ["native", "cpu"]
-    assert cfg.backend_options("qat") == {"instances": "all", "max_in_flight": 96, "cpu_share": 0.0}
+    assert cfg.backend_options("qat") == {"instances": "all", "max_in_flight": 96, "cpu_share": 0.0,
+                                          "matmul_on_qat": False}
     assert cfg.backend_options("fpga") == {"engines": 16}     # unset (None) values left to the backend
     assert cfg.network.timeout_s == 120 and cfg.network.tls is None
 
@@ -47,7 +48,8 @@ def test_defaults_and_backend_options():
     ("party: guest\nfallback: [native, abacus]\n", "fallback", "unknown backend 'abacus'"),
     ("party: guest\nfpga: {mode: turbo}\n", "fpga.mode", "'montmul' or 'modexp'"),
     ("party: guest\nfpga: {engins: 4}\n", "fpga.engins", "unknown field"),
-    ("party: guest\nqat: {cpu_share: 1.5}\n", "qat.cpu_share", "less than or equal to 1"),
+    ("party: guest\nqat: {cpu_share: 1.0}\n", "qat.cpu_share", "less than 1"),
+    ("party: guest\nqat: {instances: 0}\n", "qat.instances", "positive integer"),
     ("party: guest\nnetwork: {listen: nowhere}\n", "network.listen", "HOST:PORT"),
     ("party: guest\nnetwork: {peers: {guest: '127.0.0.1:1'}}\n", "(top level)", "own role"),
     ("party: guest\nnetwork: {peers: {judge: '127.0.0.1:1'}}\n", "network.peers.judge", "'guest', 'host' or 'arbiter'"),

@@ -50,15 +50,30 @@ class FpgaSection(_Section):
     platform: Optional[str] = None        # substring of the OpenCL platform name
     device: Optional[str] = None          # substring of the OpenCL device name
     engines: int = Field(16, ge=1)        # processing elements per launch
-    mode: Optional[Literal["montmul", "modexp"]] = None
+    mode: Optional[Literal["montmul", "modexp"]] = None   # None: env UNIFL_FPGA_MODE, else montmul
+    chunk: Optional[int] = Field(None, ge=1)          # rows per transfer
+    in_flight: Optional[int] = Field(None, ge=1)      # ring slots / queues
+    local_size: Optional[int] = Field(None, ge=1)     # OpenCL work-group size
+    build_options: Optional[str] = None               # extra OpenCL compiler flags
+    window: Optional[int] = Field(None, ge=1, le=8)   # on-device ModExp window (mode: modexp)
 
 
 class QatSection(_Section):
-    """Options of the ``qat`` backend: the QAT library, instances, in-flight requests, CPU share."""
-    library: Optional[str] = None         # path of the QAT library; None = the simulator / default
-    instances: Union[Literal["all"], int, list[int]] = "all"
-    max_in_flight: int = Field(96, ge=1)
-    cpu_share: float = Field(0.0, ge=0.0, le=1.0)   # fraction of a batch kept on the CPU
+    """Options of the ``qat`` backend (see unifl/backends/qat/__init__.py)."""
+    library: Optional[str] = None         # path/soname of libqat, or "simulator"; None = default
+    instances: Union[Literal["all"], int] = Field("all")   # "all" or how many crypto instances
+    max_in_flight: int = Field(96, ge=1)  # outstanding requests per instance (HE-QAT: 96)
+    cpu_share: float = Field(0.0, ge=0.0, lt=1.0)   # fraction of ModExps run on the CPU beside it
+    simulator: Optional[bool] = None      # allow the simulator when no card (None: env / yes)
+    section: Optional[str] = None         # process section of the QAT config file (default SSL)
+    matmul_on_qat: bool = False           # Alg. 7 multi-exponentiation on the card
+
+    @field_validator("instances")
+    @classmethod
+    def _instances(cls, v):
+        if v != "all" and (isinstance(v, bool) or v < 1):
+            raise ValueError(f"instances must be 'all' or a positive integer, got {v!r}")
+        return v
 
 
 class GpuSection(_Section):
