@@ -49,14 +49,19 @@ def self_test(backend: Backend, bits: int = 2048) -> None:
                                  "(wrong MontMult result)")
 
 
-def start(name: str, options: dict) -> Backend:
+def start(name: str, options: dict, fresh: bool = False) -> Backend:
     """An instance of backend ``name`` that passed its self-test; BackendUnavailable (with the
-    reason) otherwise."""
+    reason) otherwise.  ``fresh``: a new instance even without options (one per listed device;
+    otherwise the registry's shared instance is used)."""
     pr = registry.probe(name)
     if not pr.available:
         raise BackendUnavailable(f"{name}: {pr.reason or 'unavailable'}")
     try:
-        inst = registry.backend(name, **options) if options else registry.backend(name)
+        if options or fresh:
+            inst = registry.backend_class(name)(**options)
+            inst.probe_result = pr
+        else:
+            inst = registry.backend(name)
         self_test(inst)
     except (BackendUnavailable, ConfigError):
         raise
@@ -119,7 +124,7 @@ def backend_from_config(cfg) -> Backend:
         members = []
         for b, opts, label in device_entries(cfg, name, primary=(pos == 0)):
             try:
-                inst = start(b, opts)
+                inst = start(b, opts, fresh=label is not None)
             except BackendUnavailable as exc:
                 where = b + (label or "")
                 events.append({"backend": where, "reason": str(exc)})
