@@ -136,14 +136,6 @@ def print_results(results: dict[str, dict], title: str) -> None:
     """FLASH Table 1 style: sub-task, crypto ops, time, and the backend/device that ran it; then
     the per-op hardware report, the fallbacks (loudly) and the model's metrics."""
     from .party import hardware_label
-    for role, res in results.items():
-        for ev in res.get("backend", {}).get("fallback_events", []):
-            console.print(f"[bold yellow]! {role}: backend {ev['backend']} was not used: "
-                          f"{ev['reason']}[/bold yellow]")
-        sel = res.get("backend", {})
-        if sel.get("requested") not in (None, "auto", sel.get("chosen")):
-            console.print(f"[bold red]! {role} asked for {sel['requested']!r} but ran on "
-                          f"{sel['chosen']!r} (fallback)[/bold red]")
     table = Table(title=title)
     for col in ("party", "sub-task", "crypto ops", "time (s)", "crypto (s)", "ran on"):
         table.add_column(col, overflow="fold", no_wrap=col.endswith("(s)"))
@@ -175,10 +167,26 @@ def print_results(results: dict[str, dict], title: str) -> None:
         net = res.get("network") or {}
         if net:
             bits.append(f"sent {_fmt_bytes(net.get('bytes_sent', 0))}, received "
-                        f"{_fmt_bytes(net.get('bytes_received', 0))}")
+                        f"{_fmt_bytes(net.get('bytes_received', 0))}, waited "
+                        f"{net.get('seconds_waiting', 0.0):.1f} s for the peer")
         if "wall_seconds" in res:
             bits.append(f"wall {res['wall_seconds']:.1f} s")
         console.print(f"[bold]{role}[/bold]: " + ", ".join(bits))
+    for role, res in results.items():   # last, so they cannot scroll away
+        for ev in res.get("backend", {}).get("fallback_events", []):
+            console.print(f"[bold yellow]! {role}: backend {ev['backend']} was not used: "
+                          f"{ev['reason']}[/bold yellow]")
+        sel = res.get("backend", {})
+        if sel.get("requested") not in (None, "auto", sel.get("chosen")):
+            console.print(f"[bold red]! {role} asked for {sel['requested']!r} but ran on "
+                          f"{sel['chosen']!r} (fallback)[/bold red]")
+    for role, res in results.items():
+        m = res.get("metrics") or {}
+        rows = f" ({m['test_rows']} rows)" if "test_rows" in m else ""
+        if isinstance(m.get("auc"), float):
+            console.print(f"[bold green]AUC on the held-out split{rows}: {m['auc']:.4f}[/bold green]")
+        if isinstance(m.get("r2"), float):
+            console.print(f"[bold green]R² on the held-out split{rows}: {m['r2']:.4f}[/bold green]")
 
 
 def _exit_code(exc: Exception) -> int:
