@@ -128,6 +128,9 @@ def test_multi_device_bit_identical_to_cpu(kind):
     groups[groups == 3] = 2     # group 3 stays empty
     assert np.array_equal(mod_op.mont_prod_groups(be, ctx, a, groups, 6),
                           mod_op.mont_prod_groups(cpu, ctx, a, groups, 6))
+    empty = np.zeros(0, np.int64)                       # no rows: every group is the empty product
+    assert np.array_equal(mod_op.mont_prod_groups(be, ctx, a[:0], empty, 3),
+                          mod_op.mont_prod_groups(cpu, ctx, a[:0], empty, 3))
     # Paillier end to end with fixed randomness: identical ciphertexts, right plaintexts
     pk, sk = paillier_keypair(1024)
     vals = [secrets.randbelow(pk.n) for _ in range(n)]
@@ -210,3 +213,18 @@ def test_two_fpga_devices_split_a_batch_bit_identically():
     rows = be.report()
     assert len({r["device"] for r in rows}) == 2 and all(r["stand_in"] for r in rows)
     be.close()
+
+
+def test_plan_covers_every_row_once_in_order():
+    cpu = registry.backend("cpu")
+    for members in (1, 2, 3):
+        be = MultiDeviceBackend([CountingBackend(cpu, f"d{i}") for i in range(members)],
+                                weights=[1 + i for i in range(members)], min_rows=3)
+        for n in range(0, 40):
+            pieces = be.plan(n)
+            assert pieces and pieces[0][1] == 0 and pieces[-1][2] == n
+            assert all(a[2] == b[1] for a, b in zip(pieces, pieces[1:]))
+            assert len({p[0] for p in pieces}) == len(pieces)     # one piece per member at most
+            for i, a, b in pieces:
+                be._release(i, b - a)
+            assert be._load == [0] * members

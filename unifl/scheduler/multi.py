@@ -82,6 +82,8 @@ class MultiDeviceBackend(Backend):
                     pieces.append((i, start, stop))
                     self._load[i] += stop - start
                 start = stop
+            if not pieces:              # an empty batch still gets one (empty) piece
+                pieces.append((chosen[0], 0, 0))
             return pieces
 
     def _release(self, member: int, rows: int) -> None:
