@@ -244,3 +244,13 @@ def test_mixed_backends_give_identical_models():
     mixed = run_local(j, BE, backends={"guest": unifl.backend("cpu"), "host": BE})
     for role in ("guest", "host"):
         assert mixed[role]["model"]["weights"] == same[role]["model"]["weights"]
+
+
+def test_fixed_base_option_gives_identical_model():
+    j = job("vlr", parties=("guest", "host", "arbiter"), epochs=1, batch_size=200)
+    plain = run_local(j, BE)
+    j["params"]["fixed_base"] = True
+    djn = run_local(j, BE)
+    for role in ("guest", "host"):
+        assert djn[role]["model"]["weights"] == plain[role]["model"]["weights"]
+    assert any("fixed-base" in r["subtask"] for r in djn["host"]["timings"])
