@@ -142,3 +142,20 @@ def test_channel_threads_and_key_registry(keys, be):
         h.recv("guest", "bad")
     with pytest.raises(PeerTimeout):
         h.recv("guest", "silent", timeout=0.1)
+
+
+def test_run_job_validates_the_job():
+    from unifl.app.jobs import run_job, validate_job
+    from unifl.errors import ConfigError
+    t = local_transports(("guest", "host"))
+    chan = Channel(t["guest"], 1)
+    with pytest.raises(ConfigError, match="algorithm"):
+        run_job("guest", {"algorithm": "nope"}, chan, None)
+    with pytest.raises(ConfigError, match="parties"):
+        validate_job({"algorithm": "vlr", "parties": ["guest"]})
+    with pytest.raises(ConfigError, match="key_bits"):
+        validate_job({"algorithm": "vlr", "key_bits": 512})
+    with pytest.raises(ConfigError, match="role"):
+        run_job("arbiter", {"algorithm": "vlr"}, chan, None)
+    with pytest.raises(ConfigError, match="unknown field"):
+        run_job("guest", {"algorithm": "vlr", "params": {"epoch": 1}}, chan, None)

@@ -235,3 +235,22 @@ def test_split_and_subsample_deterministic():
     assert load_party("motor", "guest", str(BUNDLED)).y is not None
     with pytest.raises(ConfigError):
         load_party("nope", "guest")
+
+
+def test_mixed_backends_give_identical_models():
+    """Decrypted gradients are exact integers, so the model does not depend on who computed what."""
+    j = job("vlinr", "motor", epochs=1, batch_size=100, max_rows=200, learning_rate=0.05)
+    same = run_local(j, BE)
+    mixed = run_local(j, BE, backends={"guest": unifl.backend("cpu"), "host": BE})
+    for role in ("guest", "host"):
+        assert mixed[role]["model"]["weights"] == same[role]["model"]["weights"]
+
+
+def test_fixed_base_option_gives_identical_model():
+    j = job("vlr", parties=("guest", "host", "arbiter"), epochs=1, batch_size=200)
+    plain = run_local(j, BE)
+    j["params"]["fixed_base"] = True
+    djn = run_local(j, BE)
+    for role in ("guest", "host"):
+        assert djn[role]["model"]["weights"] == plain[role]["model"]["weights"]
+    assert any("fixed-base" in r["subtask"] for r in djn["host"]["timings"])

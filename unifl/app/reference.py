@@ -87,3 +87,25 @@ def horizontal_reference(clients: list[tuple[np.ndarray, np.ndarray]], *, rounds
                  for k, (X, y) in enumerate(clients)]
         w = sum(len(y) * wk for (_, y), wk in zip(clients, local)) / total
     return w
+
+
+# ---------------------------------------------------------------- hetero SecureBoost
+def secureboost_reference(y: np.ndarray, guest_bins: np.ndarray, host_bins: np.ndarray, p,
+                          guest_bins_test: np.ndarray | None = None,
+                          host_bins_test: np.ndarray | None = None) -> dict:
+    """The same boosting (same quantised g/h, bins, gains and tie-breaking) with the host's
+    histograms summed in clear; returns trees, base score and, given test bins, test scores."""
+    from .secureboost import PlainHost, boost, predict_tree
+
+    host = PlainHost(host_bins, p)
+
+    def feed(_k, gi, hi):
+        host.gi, host.hi = gi, hi
+
+    trees, f0 = boost(y, guest_bins, host, p, encrypt_gh=feed)
+    out = {"trees": trees, "base_score": f0, "records": list(host.records)}
+    if guest_bins_test is not None:
+        left = {r: host_bins_test[:, f] <= b for r, (f, b) in enumerate(host.records)}
+        out["test_score"] = f0 + sum(p.learning_rate * predict_tree(nodes, guest_bins_test, left)
+                                     for nodes in trees)
+    return out
