@@ -66,3 +66,12 @@ def test_run_refuses_a_bad_config_naming_file_and_field(tmp_path):
     res = runner.invoke(app, ["run", "--config", str(bad), "--job", "demo_psi_breast.yaml"])
     assert res.exit_code == 2
     assert "bad.yaml" in res.output and "backend" in res.output
+
+
+def test_demo_with_an_arbiter_runs_three_processes(tmp_path):
+    res = runner.invoke(app, ["demo", "--algorithm", "hlr", "--key-bits", "1024", "--epochs", "1",
+                              "--guest-config", "guest_native.yaml", "--host-config",
+                              "host_native.yaml", "--timeout", "60", "--workdir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in tmp_path.glob("*.json")} == {"guest.json", "host.json", "arbiter.json"}
+    assert "arbiter" in res.output and "AUC on the held-out split" in res.output

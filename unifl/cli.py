@@ -264,8 +264,11 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
          algorithm: Optional[str] = typer.Option(None, help="psi | psi+vlr | psi+vlinr | vlr | ..."),
          guest_config: str = typer.Option("guest_fpga.yaml", help="the guest's party YAML"),
          host_config: str = typer.Option("host_qat.yaml", help="the host's party YAML"),
+         arbiter_config: str = typer.Option("arbiter_cpu.yaml",
+                                            help="the arbiter's YAML (jobs with an arbiter: hlr)"),
          key_bits: Optional[int] = typer.Option(None, help="key size (default: the job's, 2048)"),
-         epochs: Optional[int] = typer.Option(None, help="training epochs (default: the job's)"),
+         epochs: Optional[int] = typer.Option(None, help="training epochs (rounds for hlr, trees "
+                                              "for secureboost; default: the job's)"),
          timeout: Optional[float] = typer.Option(None, help="receive timeout of each party (s)"),
          job: Optional[str] = typer.Option(None, help="a job YAML instead of the shipped demo job"),
          data_dir: Optional[str] = typer.Option(None, help="folder with the datasets"),
@@ -277,8 +280,9 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
     from .demo import DemoFailed, DemoOptions, run_demo
     from .errors import UniflError
     opts = DemoOptions(dataset=dataset, algorithm=algorithm, guest_config=guest_config,
-                       host_config=host_config, key_bits=key_bits, epochs=epochs, timeout=timeout,
-                       data_dir=data_dir, job=job, workdir=workdir, progress=progress)
+                       host_config=host_config, arbiter_config=arbiter_config,
+                       key_bits=key_bits, epochs=epochs, timeout=timeout, data_dir=data_dir,
+                       job=job, workdir=workdir, progress=progress)
     console.print(f"[bold]UniFL demo[/bold]: {dataset}, guest on [cyan]{guest_config}[/cyan], "
                   f"host on [cyan]{host_config}[/cyan], two processes on 127.0.0.1 (gRPC)")
 

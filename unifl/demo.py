@@ -30,6 +30,11 @@ from .errors import UniflError
 
 DEMO_JOBS = {"breast": "demo_vlr_breast.yaml", "motor": "demo_vlinr_motor.yaml",
              "default_credit": "demo_vlr_default_credit.yaml"}
+#: the shipped job whose params fit an algorithm given with --algorithm
+ALGORITHM_JOBS = {"psi": "demo_psi_breast.yaml", "secureboost": "demo_secureboost_breast.yaml",
+                  "hlr": "demo_hlr_breast.yaml", "vlinr": "demo_vlinr_motor.yaml",
+                  "psi+vlinr": "demo_vlinr_motor.yaml"}
+START_ORDER = ("arbiter", "host", "guest")     # servers first; the guest drives the job
 
 
 class DemoFailed(UniflError, RuntimeError):
@@ -46,6 +51,7 @@ class DemoOptions:
     algorithm: str | None = None
     guest_config: str = "guest_fpga.yaml"
     host_config: str = "host_qat.yaml"
+    arbiter_config: str = "arbiter_cpu.yaml"
     key_bits: int | None = None
     epochs: int | None = None
     timeout: float | None = None
@@ -63,12 +69,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
-    """Write the job file both parties run (the shipped demo job with the options applied)."""
-    if opts.dataset not in DEMO_JOBS and not opts.job:
+def _job_file(opts: DemoOptions) -> str:
+    if opts.job:
+        return opts.job
+    if opts.dataset not in DEMO_JOBS:
         from .errors import ConfigError
         raise ConfigError(f"--dataset must be one of {sorted(DEMO_JOBS)}, got {opts.dataset!r}")
-    job = load_job(opts.job or DEMO_JOBS[opts.dataset]).to_job()
+    if opts.algorithm in ALGORITHM_JOBS:
+        return ALGORITHM_JOBS[opts.algorithm]
+    if opts.algorithm in ("vlr", "psi+vlr") and opts.dataset == "motor":
+        return "demo_vlr_breast.yaml"
+    return DEMO_JOBS[opts.dataset]
+
+
+def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
+    """Write the job file every party runs: the shipped demo job that fits the dataset and the
+    algorithm, with the options applied (``--epochs``: epochs; rounds for hlr, trees for
+    secureboost)."""
+    job = load_job(_job_file(opts)).to_job()
     if opts.job is None:
         job["dataset"] = opts.dataset
     if opts.algorithm:
@@ -76,7 +94,9 @@ def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
     if opts.key_bits:
         job["key_bits"] = opts.key_bits
     if opts.epochs is not None:
-        job["params"]["epochs"] = opts.epochs
+        key = {"secureboost": "n_trees", "hlr": "rounds"}.get(job["algorithm"], "epochs")
+        if job["algorithm"] != "psi":
+            job["params"][key] = opts.epochs
     job["params"].update(opts.extra_params)
     path = run_dir / "job.yaml"
     path.write_text(yaml.safe_dump(job, sort_keys=False))
@@ -84,11 +104,14 @@ def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
     return path
 
 
-def _party_cmd(role: str, config: str, job: Path, run_dir: Path, listen: int, peer: str,
-               peer_port: int, opts: DemoOptions, progress: bool) -> list[str]:
+def _party_cmd(role: str, config: str, job: Path, run_dir: Path, ports: dict[str, int],
+               opts: DemoOptions, progress: bool) -> list[str]:
     cmd = [sys.executable, "-m", "unifl", "run", "--config", config, "--job", str(job),
-           "--listen", f"127.0.0.1:{listen}", "--peer", f"{peer}=127.0.0.1:{peer_port}",
-           "--json-out", str(run_dir / f"{role}.json"), "--no-table"]
+           "--listen", f"127.0.0.1:{ports[role]}", "--json-out", str(run_dir / f"{role}.json"),
+           "--no-table"]
+    for peer, port in ports.items():
+        if peer != role:
+            cmd += ["--peer", f"{peer}=127.0.0.1:{port}"]
     if opts.key_bits:
         cmd += ["--key-bits", str(opts.key_bits)]
     if opts.timeout:
@@ -101,16 +124,21 @@ def _party_cmd(role: str, config: str, job: Path, run_dir: Path, listen: int, pe
 
 
 def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
-    """Run guest and host as two processes; return {role: result}.  Raises DemoFailed."""
-    for path, role in ((opts.guest_config, "guest"), (opts.host_config, "host")):
-        cfg = load_party(path)              # config errors surface here, before any process
-        if cfg.party != role:
-            from .errors import ConfigError
-            raise ConfigError(f"{path}: this is a {cfg.party} config, the demo needs a {role}")
+    """Run every party of the job (guest and host; the arbiter too when the job has one) as its
+    own process; return {role: result}.  Raises DemoFailed."""
     run_dir = Path(opts.workdir or tempfile.mkdtemp(prefix="unifl-demo-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     job = prepare_job(opts, run_dir)
-    gp, hp = free_port(), free_port()
+    roles = [r for r in START_ORDER if r in load_job(job).parties]
+    configs = {"guest": opts.guest_config, "host": opts.host_config,
+               "arbiter": opts.arbiter_config}
+    for role in roles:
+        cfg = load_party(configs[role])     # config errors surface here, before any process
+        if cfg.party != role:
+            from .errors import ConfigError
+            raise ConfigError(f"{configs[role]}: this is a {cfg.party} config, the demo needs "
+                              f"a {role}")
+    ports = {r: free_port() for r in roles}
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])      # this checkout, even if not installed
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -118,10 +146,9 @@ def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
     procs: dict[str, subprocess.Popen] = {}
     logs: dict[str, Path] = {}
     try:
-        for role, cfg, port, peer, peer_port in (("host", opts.host_config, hp, "guest", gp),
-                                                 ("guest", opts.guest_config, gp, "host", hp)):
+        for role in roles:
             show = role == "guest" and opts.progress and tty   # the guest's bars on the terminal
-            cmd = _party_cmd(role, cfg, job, run_dir, port, peer, peer_port, opts,
+            cmd = _party_cmd(role, configs[role], job, run_dir, ports, opts,
                              progress=show or not tty)
             logs[role] = run_dir / f"{role}.log"
             out = None if show else open(logs[role], "w")
