@@ -82,6 +82,20 @@ def test_roundtrip_order_tags_stats_and_channel(gh):
     assert out["x"]["n"] == 2**300 and np.array_equal(out["x"]["w"], np.arange(4.0))
 
 
+def test_a_live_but_silent_peer_is_a_timeout_not_a_lost_peer():
+    g = GrpcTransport("guest", "127.0.0.1:0", {}, "job1", timeout_s=T, liveness_s=0.4)
+    h = GrpcTransport("host", "127.0.0.1:0", {"guest": g.address}, "job1", timeout_s=T)
+    g.add_peer("host", h.address)
+    try:
+        h.send("guest", "hello", b"x")
+        assert g.recv("host", "hello") == b"x"
+        with pytest.raises(PeerTimeout):                 # pinged several times, always answered
+            g.recv("host", "busy", timeout=1.5)
+    finally:
+        g.close()
+        h.close()
+
+
 def test_retry_of_the_same_message_is_not_duplicated(gh):
     g, h = gh
     first = raw_deliver(h.address, payload=b"once")
@@ -208,8 +222,10 @@ KILLED_PEER = textwrap.dedent("""
 """)
 
 
-def test_killed_party_gives_a_clear_error_within_the_timeout(tmp_path):
-    g = GrpcTransport("guest", "127.0.0.1:0", {}, "job1", timeout_s=2.0)
+@pytest.mark.parametrize("timeout,liveness,error", [(2.0, 5.0, PeerTimeout), (30.0, 1.0, PeerUnavailable)],
+                         ids=["receive-timeout", "liveness-pings"])
+def test_killed_party_gives_a_clear_error_within_the_timeout(tmp_path, timeout, liveness, error):
+    g = GrpcTransport("guest", "127.0.0.1:0", {}, "job1", timeout_s=timeout, liveness_s=liveness)
     script = tmp_path / "peer.py"
     script.write_text(KILLED_PEER)
     proc = subprocess.Popen([sys.executable, str(script), g.address], stdout=subprocess.PIPE,
@@ -220,9 +236,9 @@ def test_killed_party_gives_a_clear_error_within_the_timeout(tmp_path):
         proc.kill()
         proc.wait(5)
         t0 = time.monotonic()
-        with pytest.raises(PeerTimeout, match=r"no message \[epoch0\] from host .* within 2 s"):
+        with pytest.raises(error, match=r"\[epoch0\] from host"):
             g.recv("host", "epoch0")
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < min(timeout, 2 * liveness) + 1.0
     finally:
         proc.kill()
         g.close()

@@ -110,6 +110,7 @@ class NetworkSection(_Section):
     tls: Optional[TlsSection] = None
     max_message_mb: float = Field(64.0, gt=0, le=2000)   # gRPC caps a message below 2 GiB
     timeout_s: float = Field(120.0, gt=0)                 # every receive gives up after this
+    liveness_s: float = Field(5.0, gt=0)  # a peer not answering pings this long has stopped
 
     @field_validator("listen")
     @classmethod

@@ -13,7 +13,9 @@ Guarantees:
 * **No silent loss.**  A gap in a sender's sequence numbers is a :class:`SequenceError` at both ends.
 * **No hangs.**  Every ``recv`` has a deadline (:class:`PeerTimeout` naming peer, address and tag);
   every ``send`` retries only until its deadline (:class:`PeerUnavailable`).  A peer that closes
-  sends a goodbye, after which waiting for it is :class:`PeerClosed` at once.
+  sends a goodbye, after which waiting for it is :class:`PeerClosed` at once; a peer that was
+  killed stops answering the liveness pings sent while waiting for it (:class:`PeerUnavailable`
+  after ``liveness_s``, however long ``timeout_s`` is).
 * **Named refusals.**  Another protocol version (:class:`ProtocolVersionError`), another job id
   (:class:`JobMismatchError`), an unparsable or corrupted envelope (:class:`MalformedMessageError`),
   an oversized message (:class:`MessageTooLarge`): the sender gets the error from the Ack, and the
@@ -47,6 +49,7 @@ log = logging.getLogger("unifl.transport")
 
 ROLES = ("guest", "host", "arbiter")
 BYE_TAG = "__bye__"           # control message: the sender closed its transport
+PING_TAG = "__ping__"         # control message (seq 0, never queued): is the peer's process alive?
 ENVELOPE_OVERHEAD = 64 * 1024  # room for the envelope's header fields above the payload limit
 
 _CODE_ERRORS = {ErrorCode.MALFORMED: MalformedMessageError, ErrorCode.VERSION: ProtocolVersionError,
@@ -82,11 +85,14 @@ class GrpcTransport:
         tls: ``TlsFiles`` (or an object with cert/key/ca) for mutual TLS; None = plaintext.
         max_message_mb: largest payload sent or accepted.
         timeout_s: default receive timeout, and the deadline of one send (with its retries).
+        liveness_s: while waiting, a peer seen alive before is pinged; one that has not answered
+            for this long has stopped (PeerUnavailable without waiting out the timeout).
     """
 
     def __init__(self, role: str, listen: str, peers: dict[str, str], job_id: str, tls=None,
                  max_message_mb: float = 64.0, timeout_s: float = 120.0, *,
-                 protocol_version: int = PROTOCOL_VERSION, server_workers: int = 4) -> None:
+                 protocol_version: int = PROTOCOL_VERSION, server_workers: int = 4,
+                 liveness_s: float = 5.0) -> None:
         if role not in ROLES:
             raise TransportError(f"role must be one of {ROLES}, got {role!r}")
         self.role = role
@@ -109,6 +115,11 @@ class GrpcTransport:
         self._next_seq: dict[str, int] = {}                   # receiver -> next seq to send
         self._send_locks: dict[str, threading.Lock] = {}
         self._channels: dict[str, tuple[grpc.Channel, object]] = {}
+        self._chan_lock = threading.Lock()
+        #: a peer seen alive (a message went through) that then does not answer pings for
+        #: ``liveness_s`` has stopped: recv says so at once instead of waiting out its timeout
+        self.liveness_s = float(liveness_s)
+        self._seen_alive: set[str] = set()
         self._closed = False
         opts = self._grpc_options()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=server_workers,
@@ -161,6 +172,8 @@ class GrpcTransport:
         except Exception:  # noqa: BLE001 - any parse failure is a malformed envelope
             return self._refuse(ErrorCode.MALFORMED,
                                 f"{self.role}: unparsable envelope ({len(raw)} bytes)")
+        if env.tag == PING_TAG and env.seq == 0:      # liveness probe: answered, never queued
+            return Ack(protocol_version=self.protocol_version).SerializeToString()
         who = f"{env.sender or '?'} -> {self.role} [{env.tag}] seq {env.seq}"
         if env.protocol_version != self.protocol_version:
             return self._refuse(ErrorCode.VERSION,
@@ -205,6 +218,7 @@ class GrpcTransport:
                 return Ack(protocol_version=self.protocol_version, error_code=ErrorCode.SEQUENCE,
                            error=msg).SerializeToString()
             self._last_seq[key] = env.seq
+            self._seen_alive.add(env.sender)
             if env.tag == BYE_TAG:
                 self._closed_peers.add(env.sender)
             else:
@@ -217,6 +231,10 @@ class GrpcTransport:
 
     # ---- client side
     def _stub(self, dst: str):
+        with self._chan_lock:
+            return self._stub_locked(dst)
+
+    def _stub_locked(self, dst: str):
         if dst not in self._channels:
             addr = self.peers.get(dst)
             if addr is None:
@@ -295,6 +313,7 @@ class GrpcTransport:
                 raise ProtocolVersionError(f"{dst} answered with protocol v{ack.protocol_version}, "
                                            f"{self.role} speaks v{self.protocol_version}")
         with self._cond:
+            self._seen_alive.add(dst)
             if tag != BYE_TAG:
                 self.stats["bytes_sent"] += len(data)
                 self.stats["messages_sent"] += 1
@@ -302,14 +321,18 @@ class GrpcTransport:
 
     def recv(self, src: str, tag: str, timeout: float | None = None) -> bytes:
         """The next message from ``src`` under ``tag``; waits at most ``timeout`` seconds
-        (default: ``timeout_s``), then :class:`PeerTimeout` naming the peer and the tag."""
+        (default: ``timeout_s``), then :class:`PeerTimeout` naming the peer and the tag.  While
+        waiting for a peer seen alive before, it is pinged every ``liveness_s``/2 s; when it has
+        not answered for ``liveness_s`` s its process is gone: :class:`PeerUnavailable` at once."""
         timeout = self.timeout_s if timeout is None else float(timeout)
         t0 = time.perf_counter()
         deadline = time.monotonic() + timeout
+        next_ping = time.monotonic() + self.liveness_s / 2
+        unanswered_since: float | None = None
         key = (src, tag)
-        with self._cond:
-            try:
-                while True:
+        try:
+            while True:
+                with self._cond:
                     q = self._queues.get(key)
                     if q:
                         data = q.popleft()
@@ -324,14 +347,44 @@ class GrpcTransport:
                     if self._closed:
                         raise TransportError(f"{self.role}: transport closed while waiting for "
                                              f"[{tag}] from {src}")
-                    left = deadline - time.monotonic()
-                    if left <= 0:
+                    now = time.monotonic()
+                    if now >= deadline:
                         raise PeerTimeout(f"{self.role}: no message [{tag}] from {src} "
                                           f"({self.peers.get(src, 'no address')}) within "
                                           f"{timeout:g} s (peer stopped, stuck or unreachable)")
-                    self._cond.wait(min(left, 1.0))
-            finally:
+                    ping_due = (now >= next_ping and src in self._seen_alive
+                                and src in self.peers)
+                    if not ping_due:
+                        self._cond.wait(min(deadline - now, max(next_ping - now, 0.05), 1.0))
+                        continue
+                # outside the lock: the server threads keep delivering meanwhile
+                next_ping = time.monotonic() + self.liveness_s / 2
+                if self._ping(src):
+                    unanswered_since = None
+                else:
+                    unanswered_since = unanswered_since or time.monotonic()
+                    if time.monotonic() - unanswered_since >= self.liveness_s:
+                        raise PeerUnavailable(
+                            f"{self.role}: waiting for [{tag}] from {src}, but {src} "
+                            f"({self.peers.get(src)}) stopped answering for "
+                            f"{self.liveness_s:g} s (its party stopped or crashed)")
+        finally:
+            with self._cond:
                 self.stats["seconds_waiting"] += time.perf_counter() - t0
+
+    def _ping(self, dst: str) -> bool:
+        """True when ``dst``'s process answers a liveness probe within ``liveness_s``/2 s."""
+        env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
+                       sender=self.role, receiver=dst, tag=PING_TAG, session=self.session,
+                       seq=0).SerializeToString()
+        try:
+            self._stub(dst)(env, timeout=max(self.liveness_s / 2, 0.2))
+            return True
+        except grpc.RpcError as exc:
+            # only "cannot connect" means gone; any other answer came from a live process
+            return exc.code() not in _RETRY_CODES
+        except TransportError:
+            return True
 
     def close(self) -> None:
         """Say goodbye to the peers (best effort), stop the server, close the channels."""
@@ -346,9 +399,10 @@ class GrpcTransport:
             self._closed = True
             self._cond.notify_all()
         self._server.stop(grace=0.2).wait(2.0)
-        for ch, _ in self._channels.values():
-            ch.close()
-        self._channels.clear()
+        with self._chan_lock:
+            for ch, _ in self._channels.values():
+                ch.close()
+            self._channels.clear()
 
     def __enter__(self) -> "GrpcTransport":
         return self
@@ -376,6 +430,7 @@ def from_config(cfg, job_id: str, **overrides) -> GrpcTransport:
     """A transport from a :class:`unifl.configs.PartyConfig`'s ``network`` section."""
     net = cfg.network
     kwargs = dict(role=cfg.party, listen=net.listen, peers=dict(net.peers), job_id=job_id,
-                  tls=net.tls, max_message_mb=net.max_message_mb, timeout_s=net.timeout_s)
+                  tls=net.tls, max_message_mb=net.max_message_mb, timeout_s=net.timeout_s,
+                  liveness_s=net.liveness_s)
     kwargs.update(overrides)
     return GrpcTransport(**kwargs)
