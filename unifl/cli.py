@@ -283,8 +283,9 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
                        host_config=host_config, arbiter_config=arbiter_config,
                        key_bits=key_bits, epochs=epochs, timeout=timeout, data_dir=data_dir,
                        job=job, workdir=workdir, progress=progress)
-    console.print(f"[bold]UniFL demo[/bold]: {dataset}, guest on [cyan]{guest_config}[/cyan], "
-                  f"host on [cyan]{host_config}[/cyan], two processes on 127.0.0.1 (gRPC)")
+    console.print(f"[bold]UniFL demo[/bold]: {job or dataset}, guest on [cyan]{guest_config}"
+                  f"[/cyan], host on [cyan]{host_config}[/cyan], one process per party on "
+                  "127.0.0.1 (gRPC)")
 
     def started(pids, run_dir):
         console.print(f"started guest (pid {pids['guest']}) and host (pid {pids['host']}); "
@@ -301,7 +302,8 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
         raise typer.Exit(_exit_code(exc))
     ordered = {r: results[r] for r in ("guest", "host", "arbiter") if r in results}
     algo = ordered["guest"].get("algorithm", "")
-    print_results(ordered, f"UniFL demo: {algo} on {dataset}, two processes over gRPC "
+    data = ordered["guest"].get("dataset", dataset)
+    print_results(ordered, f"UniFL demo: {algo} on {data}, {len(ordered)} processes over gRPC "
                            f"({time.perf_counter() - t0:.1f} s end to end)")
 
 

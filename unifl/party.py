@@ -56,6 +56,7 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
         close = getattr(backend, "close", None)
         if callable(close):
             close()
+    result.setdefault("dataset", job.dataset)
     result["backend"] = {**backend.selection, "report": backend.report(),
                          "start_seconds": t_backend}
     result["wall_seconds"] = time.perf_counter() - t0
