@@ -54,6 +54,7 @@ def test_defaults_and_backend_options():
     ("party: guest\nnetwork: {peers: {guest: '127.0.0.1:1'}}\n", "(top level)", "own role"),
     ("party: guest\nnetwork: {peers: {judge: '127.0.0.1:1'}}\n", "network.peers.judge", "'guest', 'host' or 'arbiter'"),
     ("party: guest\ndevices: []\n", "devices", "non-empty"),
+    ("party: guest\nencoding: {scale_bits: 30}\n", "encoding.scale_bits", "scale_bits=24"),
     ("party: guest\nnetwork: {tls: {cert: a.pem}}\n", "network.tls.key", "Field required"),
 ])
 def test_errors_name_file_field_and_allowed_values(tmp_path, text, field, allowed):

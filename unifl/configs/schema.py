@@ -40,8 +40,19 @@ class _Section(BaseModel):
 
 
 class EncodingSection(_Section):
-    """Fixed-point encoding: floats are scaled by 2^scale_bits before encryption."""
+    """Fixed-point encoding: floats are scaled by 2^scale_bits before encryption.  Both parties
+    must use the same scale (it is part of the protocol), and the FL algorithms use the SDK's
+    default, so another value is refused rather than silently ignored."""
     scale_bits: int = Field(24, ge=1, le=128)
+
+    @field_validator("scale_bits")
+    @classmethod
+    def _scale(cls, v: int) -> int:
+        from ..phe_sdk.encoding import DEFAULT_SCALE_BITS
+        if v != DEFAULT_SCALE_BITS:
+            raise ValueError(f"the FL algorithms encode at scale_bits={DEFAULT_SCALE_BITS} (the "
+                             f"scale is part of the protocol both parties run); got {v}")
+        return v
 
 
 class FpgaSection(_Section):
