@@ -1,6 +1,7 @@
 """PSI and vertical LR/LinR: the federated run (parties in threads over LocalTransport) equals the
 plaintext reference of the same algorithm; faults give named errors."""
 
+import json
 import time
 
 import numpy as np
@@ -80,6 +81,7 @@ def test_psi_protocol_functions_same_order():
 def test_vlr_breast_equals_reference():
     j = job("vlr", l2=0.01)
     res = run_local(j, BE)
+    json.dumps(res)  # results are JSON-serialisable
     ref = reference_for(j)
     assert_same_model(res, ref)
     auc = res["guest"]["metrics"]["auc"]
