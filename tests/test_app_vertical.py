@@ -268,3 +268,12 @@ def test_fixed_base_option_gives_identical_model():
     for role in ("guest", "host"):
         assert djn[role]["model"]["weights"] == plain[role]["model"]["weights"]
     assert any("fixed-base" in r["subtask"] for r in djn["host"]["timings"])
+
+
+@pytest.mark.slow
+def test_vlr_full_default_credit_equals_reference():
+    """All 30,000 rows (when ../shared/data has them), 1 epoch, DJN encryption for speed."""
+    j = job("vlr", "default_credit", epochs=1, batch_size=5000, fixed_base=True)
+    res = run_local(j, BE, timeout=600)
+    assert_same_model(res, reference_for(j))
+    assert res["guest"]["metrics"]["auc"] > 0.6
