@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, SerializationError, TransportError
+from ..errors import ConfigError, KeyMismatchError, SerializationError, TransportError
 from ..phe_sdk import EncryptedArray, paillier
 from .channel import Channel
 from .data import (TASKS, load_party, sorted_ids, standardize, subsample_ids, train_test_split)
@@ -194,6 +194,17 @@ def load_checkpoint(path: Path | None, dim: int, seed: int) -> tuple[np.ndarray,
 
 
 # ------------------------------------------------------------------ the parties
+def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str) -> EncryptedArray:
+    """``obj`` must be an encrypted array under ``key`` with ``shape`` (else a named error)."""
+    if not isinstance(obj, EncryptedArray):
+        raise TransportError(f"expected encrypted {what}, got {type(obj).__name__}")
+    if obj.public_key != key:
+        raise KeyMismatchError(f"encrypted {what} is under an unexpected public key")
+    if obj.shape != shape:
+        raise TransportError(f"encrypted {what} has shape {obj.shape}, expected {shape}")
+    return obj
+
+
 def _maybe_fixed_base(p: VerticalParams, pk: paillier.PublicKey, be, t: Timings) -> None:
     if p.fixed_base and pk.fixed_base is None:
         with t.subtask("VFL: fixed-base table (DJN option)", "precompute"):
@@ -227,6 +238,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
     if arbiter:
         pk_a = channel.recv("arbiter", "vfl/pk")
         pk_own = sk_own = None
+        pk_h = pk_a
         _maybe_fixed_base(p, pk_a, be, t)           # the guest re-randomises N values under A
     else:
         with t.subtask("VFL: Paillier key generation", "keygen"):
@@ -234,7 +246,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                 pk_own, sk_own = paillier.keygen(job["key_bits"])
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
-        channel.recv("host", "vfl/pk")              # registers the host's key for its arrays
+        pk_h = channel.recv("host", "vfl/pk")
     total = sum(len(batches(n, p.batch_size, seed, e)) for e in range(start, p.epochs))
     epoch = start
     with progress_bar(total, f"guest {job['algorithm']}", progress) as advance:
@@ -257,7 +269,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                             enc_u = EncryptedArray.encrypt(pk_own, u, backend=be,
                                                            private_key=sk_own)
                     channel.send("host", f"{tag}/u", enc_u)
-                enc_zh = channel.recv("host", f"{tag}/zh")
+                enc_zh = _expect(channel.recv("host", f"{tag}/zh"), pk_h, (len(b),), "z_h")
                 with t.subtask("VFL: encrypted residual", "O3 add"):
                     with t.crypto():
                         enc_d = enc_zh + u
@@ -343,8 +355,7 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                     with t.subtask("VFL: encrypted residual", "O3 add"):
                         with t.crypto():
                             enc_d = enc_u + zh
-                if enc_d.public_key != (pk_own if arbiter else pk_g) or enc_d.shape != (len(b),):
-                    raise TransportError("host: residual under an unexpected key or shape")
+                _expect(enc_d, pk_own if arbiter else pk_g, (len(b),), "residual")
                 with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
                     with t.crypto():
                         masked, r, scale = mask_gradient(Xb.T @ enc_d, p.mask_bits)
