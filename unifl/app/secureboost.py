@@ -278,8 +278,10 @@ def base_score(y: np.ndarray) -> float:
 
 
 def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
-          t: Timings | None = None, on_tree=None, encrypt_gh=None) -> tuple[list[list[dict]], float]:
-    """The guest's boosting loop (shared by the federated guest and the reference)."""
+          t: Timings | None = None, on_tree=None, encrypt_gh=None
+          ) -> tuple[list[list[dict]], float, np.ndarray]:
+    """The guest's boosting loop (shared by the federated guest and the reference); returns the
+    trees, the base score and the final scores F of the training rows."""
     t = t or Timings()
     f0 = base_score(y)
     F = np.full(len(y), f0)
@@ -296,7 +298,7 @@ def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
         trees.append(nodes)
         if on_tree:
             on_tree()
-    return trees, f0
+    return trees, f0, F
 
 
 # ------------------------------------------------------------------ the two parties
@@ -391,14 +393,15 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
         channel.send("host", f"sbt/t{k}/gh", enc)
 
     with progress_bar(p.n_trees, "guest secureboost", progress) as advance:
-        trees, f0 = boost(y_tr, bins_tr, remote, p, t, on_tree=lambda: advance(1),
+        trees, f0, f_train = boost(y_tr, bins_tr, remote, p, t, on_tree=lambda: advance(1),
                           encrypt_gh=encrypt_gh)
     host_left = channel.recv("host", "sbt/test_left")
     host_left = {int(k): np.asarray(v, dtype=bool) for k, v in host_left.items()}
     with t.subtask("SBT: evaluate (guest)", "plaintext"):
         F = f0 + sum(p.learning_rate * predict_tree(nodes, bins_te, host_left) for nodes in trees)
         auc = roc_auc(y_te, sigmoid(F))
-    return {"metrics": {"auc": auc, "trees": len(trees), "train_rows": int(len(y_tr)),
+    return {"metrics": {"auc": auc, "train_auc": roc_auc(y_tr, sigmoid(f_train)),
+                        "trees": len(trees), "train_rows": int(len(y_tr)),
                         "test_rows": int(len(y_te))},
             "model": {"base_score": f0, "learning_rate": p.learning_rate, "trees": trees}}
 
