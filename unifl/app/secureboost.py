@@ -517,10 +517,12 @@ def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None
         raise ConfigError("secureboost runs between guest and host only")
     p = BoostParams.from_job(job["params"])
     t = Timings()
-    ids = sorted_ids(load_party(job["dataset"], role, data_dir).ids)
+    own = load_party(job["dataset"], role, data_dir)
+    ids = sorted_ids(own.ids)
     _check_alignment(role, "host" if role == "guest" else "guest", channel, ids)
     if role == "guest":
         out = _guest(job, p, channel, backend, t, ids, data_dir, progress)
     else:
         out = _host(job, p, channel, backend, t, ids, data_dir)
+    out["metrics"]["data_file"] = own.source.rsplit("/", 1)[-1]
     return {"role": role, **out, "timings": t.rows()}

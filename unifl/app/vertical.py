@@ -426,7 +426,9 @@ def train(role: str, job: dict, channel: Channel, backend, task: str, ids: list[
         _check_alignment(role, peer, channel, ids)
     m = prepare(role, job["dataset"], ids, p, job["seed"], data_dir)
     fn = _train_guest if role == "guest" else _train_host
-    return fn(job, p, task, m, channel, backend, timings, progress, arbiter)
+    out = fn(job, p, task, m, channel, backend, timings, progress, arbiter)
+    out["metrics"]["data_file"] = Path(m.source).name   # says when the bundled sample was used
+    return out
 
 
 def _run(role, job, channel, backend, data_dir, progress, task, with_psi) -> dict:
