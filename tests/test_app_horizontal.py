@@ -1,5 +1,7 @@
 """Horizontal LR (FedAvg with an aggregator summing encrypted weights) equals its plaintext reference."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ def test_hlr_breast_equals_reference():
     job = {"job_id": "h", "algorithm": "hlr", "dataset": "breast",
            "parties": ["guest", "host", "arbiter"], "seed": 11, "key_bits": 1024, "params": params}
     res = run_local(job, BE)
+    json.dumps(res)  # results are JSON-serialisable
     clients = [horizontal.client_matrix(load_party("breast", r, kind="homo")) for r in ("guest", "host")]
     ref = reference.horizontal_reference(clients, rounds=4, local_epochs=1, batch_size=32,
                                          learning_rate=0.1, l2=0.001, seed=11)

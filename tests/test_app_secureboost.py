@@ -1,6 +1,8 @@
 """Hetero SecureBoost: the federated trees (encrypted host histograms, O6) are identical to the
 plaintext reference's; AUC on breast >= 0.99."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,7 @@ def strip(trees):
 def test_secureboost_equals_reference(dataset, params):
     job = sb_job(dataset, **params)
     res = run_local(job, BE)
+    json.dumps(res)  # results are JSON-serialisable
     ref = reference_for(job)
     model = res["guest"]["model"]
     assert strip(model["trees"]) == strip(ref["trees"])

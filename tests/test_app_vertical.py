@@ -1,6 +1,7 @@
 """PSI and vertical LR/LinR: the federated run (parties in threads over LocalTransport) equals the
 plaintext reference of the same algorithm; faults give named errors."""
 
+import json
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import BUNDLED, load_party, sorted_ids, subsample_ids, train_test_split
 from unifl.app.jobs import run_job, run_local, validate_job
 from unifl.app.metrics import r2_score, roc_auc
-from unifl.errors import ConfigError, PeerTimeout, SerializationError, TransportError
+from unifl.errors import ConfigError, KeyMismatchError, PeerTimeout, SerializationError, TransportError
 
 BE = unifl.backend("native")
 
@@ -80,6 +81,7 @@ def test_psi_protocol_functions_same_order():
 def test_vlr_breast_equals_reference():
     j = job("vlr", l2=0.01)
     res = run_local(j, BE)
+    json.dumps(res)  # results are JSON-serialisable
     ref = reference_for(j)
     assert_same_model(res, ref)
     auc = res["guest"]["metrics"]["auc"]
@@ -161,12 +163,15 @@ def test_silent_peer_times_out():
 class _Faulty(LocalTransport):
     """Tampers with, or dies at, a chosen message."""
 
-    def __init__(self, role, hub, tamper_tag=None, die_after=None):
+    def __init__(self, role, hub, tamper_tag=None, die_after=None, replace=None):
         super().__init__(role, hub)
         self.tamper_tag, self.die_after, self.sent = tamper_tag, die_after, 0
+        self.replace = replace or {}
 
     def send(self, dst, tag, data):
         self.sent += 1
+        if tag in self.replace:
+            data = self.replace[tag]
         if self.die_after is not None and self.sent > self.die_after:
             raise RuntimeError("party killed")
         if self.tamper_tag and tag.endswith(self.tamper_tag):
@@ -206,6 +211,15 @@ def _two_parties(host_transport_kwargs, j):
 def test_tampered_ciphertext_frame_rejected():
     errs = _two_parties({"tamper_tag": "b1/zh"}, job("vlr", epochs=1))
     assert isinstance(errs["guest"], SerializationError)
+
+
+def test_foreign_key_rejected():
+    """The host announces one key and encrypts under another: the guest refuses the ciphertexts."""
+    from unifl.app import codec
+    from unifl.phe_sdk import paillier
+    foreign, _ = paillier.keygen(1024)
+    errs = _two_parties({"replace": {"vfl/pk": codec.encode(foreign)}}, job("vlr", epochs=1))
+    assert isinstance(errs["guest"], KeyMismatchError)
 
 
 def test_party_killed_mid_epoch_gives_clear_error():
@@ -254,3 +268,12 @@ def test_fixed_base_option_gives_identical_model():
     for role in ("guest", "host"):
         assert djn[role]["model"]["weights"] == plain[role]["model"]["weights"]
     assert any("fixed-base" in r["subtask"] for r in djn["host"]["timings"])
+
+
+@pytest.mark.slow
+def test_vlr_full_default_credit_equals_reference():
+    """All 30,000 rows (when ../shared/data has them), 1 epoch, DJN encryption for speed."""
+    j = job("vlr", "default_credit", epochs=1, batch_size=5000, fixed_base=True)
+    res = run_local(j, BE, timeout=600)
+    assert_same_model(res, reference_for(j))
+    assert res["guest"]["metrics"]["auc"] > 0.6

@@ -102,7 +102,7 @@ def secureboost_reference(y: np.ndarray, guest_bins: np.ndarray, host_bins: np.n
     def feed(_k, gi, hi):
         host.gi, host.hi = gi, hi
 
-    trees, f0 = boost(y, guest_bins, host, p, encrypt_gh=feed)
+    trees, f0, _ = boost(y, guest_bins, host, p, encrypt_gh=feed)
     out = {"trees": trees, "base_score": f0, "records": list(host.records)}
     if guest_bins_test is not None:
         left = {r: host_bins_test[:, f] <= b for r, (f, b) in enumerate(host.records)}

@@ -9,8 +9,11 @@ bin their own features by train-split quantiles (``num_bins`` bins; bin(x) = #{e
    federated trees are *identical* to the reference's); sends [[ĝ]], [[ĥ]] under its key (O1).
 2. level by level, guest -> host: the node of every training row (−1 when settled).  The host
    builds, in ONE histogram call (O6) over the concatenation [[ĝ]] ‖ [[ĥ]] of the active rows,
-   the encrypted per-(node, feature, bin) sums, re-randomises them (the guest knows each
-   ciphertext's randomness, so a raw product would reveal which rows share a bin) and returns them.
+   the encrypted per-(node, feature, bin) sums, packs K of them into one ciphertext by Horner's
+   rule (:func:`compress_cells`; K = 10 at 1024 bits, 20 at 2048), re-randomises the packed
+   ciphertexts (the guest knows each [[ĝ]]'s randomness, so a raw product would reveal which rows
+   share a bin) and returns them.  Only the smaller child of each split is built; the guest gets
+   the sibling as parent − child.
 3. guest: decrypts (O2), takes cumulative sums over bins (in clear, equivalent information) and
    finds each node's best split over its own and the host's features by the XGBoost gain
    GL²/(HL+λ) + GR²/(HR+λ) − G²/(H+λ) with HL, HR >= min_child_weight and gain > gamma (first
@@ -100,6 +103,47 @@ def unpack_gh(values: list[int]) -> tuple[np.ndarray, np.ndarray]:
     g = [((v + half) % full) - half for v in values]
     h = [(v - gv) >> PACK_BITS for v, gv in zip(values, g)]
     return np.array(g, dtype=np.int64), np.array(h, dtype=np.int64)
+
+
+def cell_bits(n_rows: int) -> int:
+    """Width of one histogram cell Σ(ĝ + 2^64 ĥ) over at most ``n_rows`` rows, sign included:
+    |Σĝ| < n·2^24 < 2^63 and Σĥ <= n·2^22."""
+    return PACK_BITS + GH_BITS + n_rows.bit_length() + 2
+
+
+def cells_per_ciphertext(pk: paillier.PublicKey, width: int) -> int:
+    """How many ``width``-bit signed cells one plaintext holds (staying below max_int = n/3)."""
+    return max(1, (pk.max_int.bit_length() - 2) // width)
+
+
+def compress_cells(cells: EncryptedArray, width: int, pk: paillier.PublicKey) -> EncryptedArray:
+    """Pack K = cells_per_ciphertext cells per ciphertext by Horner's rule on ciphertexts:
+    [[c_0 + 2^w c_1 + ... + 2^{(K−1)w} c_{K−1}]] -- K−1 shifts by a w-bit exponent and adds,
+    far cheaper than re-randomising and decrypting every cell (FATE's cipher compression)."""
+    per = cells_per_ciphertext(pk, width)
+    count = cells.size
+    groups = -(-count // per)
+    pad = groups * per - count
+    if pad:  # E(0) fillers: any ciphertext to the power 0
+        cells = EncryptedArray.concatenate([cells, cells[:1] * np.zeros(pad, np.int64)])
+    grid = cells.reshape(groups, per)
+    acc = grid[:, per - 1]
+    shift = np.array(1 << width, dtype=object)
+    for k in range(per - 2, -1, -1):
+        acc = acc * shift + grid[:, k]
+    return acc
+
+
+def split_cells(values: list[int], width: int, per: int) -> list[int]:
+    """Inverse of :func:`compress_cells` after decryption: the signed cells, in order."""
+    half, full = 1 << (width - 1), 1 << width
+    out = []
+    for v in values:
+        for _ in range(per):
+            c = ((v + half) % full) - half
+            out.append(c)
+            v = (v - c) >> width
+    return out
 
 
 def plain_histograms(bins: np.ndarray, node_local: np.ndarray, gi: np.ndarray, hi: np.ndarray,
@@ -278,8 +322,10 @@ def base_score(y: np.ndarray) -> float:
 
 
 def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
-          t: Timings | None = None, on_tree=None, encrypt_gh=None) -> tuple[list[list[dict]], float]:
-    """The guest's boosting loop (shared by the federated guest and the reference)."""
+          t: Timings | None = None, on_tree=None, encrypt_gh=None
+          ) -> tuple[list[list[dict]], float, np.ndarray]:
+    """The guest's boosting loop (shared by the federated guest and the reference); returns the
+    trees, the base score and the final scores F of the training rows."""
     t = t or Timings()
     f0 = base_score(y)
     F = np.full(len(y), f0)
@@ -296,7 +342,7 @@ def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
         trees.append(nodes)
         if on_tree:
             on_tree()
-    return trees, f0
+    return trees, f0, F
 
 
 # ------------------------------------------------------------------ the two parties
@@ -304,8 +350,9 @@ class _RemoteHost:
     """HostSide over the channel, with the guest's private key for the histograms."""
 
     def __init__(self, channel: Channel, sk: paillier.PrivateKey, t: Timings, p: BoostParams,
-                 n_host_features: int) -> None:
+                 n_host_features: int, n_rows: int) -> None:
         self.channel, self.sk, self.t, self.p, self.fh = channel, sk, t, p, n_host_features
+        self.n = n_rows
 
     def histograms(self, tree, depth, node_local, n_active, want):
         tag = f"sbt/t{tree}/d{depth}"
@@ -313,13 +360,17 @@ class _RemoteHost:
             "depth": depth, "active": n_active, "nodes": node_local.astype(np.int32),
             "want": np.asarray(want, np.int32)})
         enc = self.channel.recv("host", f"{tag}/hist")
-        if not isinstance(enc, EncryptedArray) or enc.public_key != self.sk.public_key or \
-                enc.shape != (self.fh, len(want) * self.p.num_bins):
+        pk = self.sk.public_key
+        cells = self.fh * len(want) * self.p.num_bins
+        width = cell_bits(self.n)
+        per = cells_per_ciphertext(pk, width)
+        if not isinstance(enc, EncryptedArray) or enc.public_key != pk or \
+                enc.shape != (-(-cells // per),):
             raise TransportError("host histograms have the wrong key or shape")
         with self.t.subtask("SBT: decrypt histograms", "O2 dec"):
             with self.t.crypto():
                 vals = enc.decrypt(self.sk)
-        g, h = unpack_gh(vals.reshape(-1).tolist())
+        g, h = unpack_gh(split_cells(vals.tolist(), width, per)[:cells])
         shape = (self.fh, len(want), self.p.num_bins)
         return np.stack([g.reshape(shape), h.reshape(shape)], axis=1)   # (F, 2, W, B)
 
@@ -382,7 +433,7 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
     info = channel.recv("host", "sbt/info")
     if int(info["rows"]) != len(y_tr):
         raise ConfigError("guest and host have different numbers of training rows")
-    remote = _RemoteHost(channel, sk, t, p, int(info["features"]))
+    remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr))
 
     def encrypt_gh(k, gi, hi):
         with t.subtask("SBT: encrypt g, h", "O1 enc"):
@@ -391,14 +442,15 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
         channel.send("host", f"sbt/t{k}/gh", enc)
 
     with progress_bar(p.n_trees, "guest secureboost", progress) as advance:
-        trees, f0 = boost(y_tr, bins_tr, remote, p, t, on_tree=lambda: advance(1),
+        trees, f0, f_train = boost(y_tr, bins_tr, remote, p, t, on_tree=lambda: advance(1),
                           encrypt_gh=encrypt_gh)
     host_left = channel.recv("host", "sbt/test_left")
     host_left = {int(k): np.asarray(v, dtype=bool) for k, v in host_left.items()}
     with t.subtask("SBT: evaluate (guest)", "plaintext"):
         F = f0 + sum(p.learning_rate * predict_tree(nodes, bins_te, host_left) for nodes in trees)
         auc = roc_auc(y_te, sigmoid(F))
-    return {"metrics": {"auc": auc, "trees": len(trees), "train_rows": int(len(y_tr)),
+    return {"metrics": {"auc": auc, "train_auc": roc_auc(y_tr, sigmoid(f_train)),
+                        "trees": len(trees), "train_rows": int(len(y_tr)),
                         "test_rows": int(len(y_te))},
             "model": {"base_score": f0, "learning_rate": p.learning_rate, "trees": trees}}
 
@@ -430,12 +482,16 @@ def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
             pos[want] = np.arange(len(want))
             slot = pos[local]
             rows = np.nonzero(slot >= 0)[0]
-            with t.subtask("SBT: encrypted histograms (host)", "O6 histogram, O1 obfuscate"):
+            with t.subtask("SBT: encrypted histograms (host)", "O6 histogram"):
                 # one O6 call over the packed [[ĝ + 2^64 ĥ]] of the rows of the wanted nodes,
                 # grouped by (node, bin)
                 grouped = (slot[rows] * nb)[:, None] + bins_tr[rows]
                 with t.crypto():
-                    hist = histogram(enc_gh[rows], grouped, len(want) * nb).obfuscate()
+                    hist = histogram(enc_gh[rows], grouped, len(want) * nb)
+            with t.subtask("SBT: compress & re-randomise histograms (host)",
+                           "O4 mul (shift), O3 add, O1 obfuscate"):
+                with t.crypto():
+                    hist = compress_cells(hist.reshape(-1), cell_bits(n), pk).obfuscate()
             channel.send("guest", f"{tag}/hist", hist)
             splits = channel.recv("guest", f"{tag}/splits")
             recs, left = [], []
@@ -461,10 +517,12 @@ def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None
         raise ConfigError("secureboost runs between guest and host only")
     p = BoostParams.from_job(job["params"])
     t = Timings()
-    ids = sorted_ids(load_party(job["dataset"], role, data_dir).ids)
+    own = load_party(job["dataset"], role, data_dir)
+    ids = sorted_ids(own.ids)
     _check_alignment(role, "host" if role == "guest" else "guest", channel, ids)
     if role == "guest":
         out = _guest(job, p, channel, backend, t, ids, data_dir, progress)
     else:
         out = _host(job, p, channel, backend, t, ids, data_dir)
+    out["metrics"]["data_file"] = own.source.rsplit("/", 1)[-1]
     return {"role": role, **out, "timings": t.rows()}

@@ -50,8 +50,17 @@ def progress_bar(total: int, description: str, enabled: bool):
 
 @contextlib.contextmanager
 def _rich_bar(total: int, description: str):
+    from rich.errors import LiveError
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), transient=False) as prog:
+    prog = Progress(TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    try:
+        prog.start()
+    except LiveError:  # another party of this process already shows a bar (threads in tests)
+        yield lambda n=1: None
+        return
+    try:
         task = prog.add_task(description, total=total)
         yield lambda n=1: prog.advance(task, n)
+    finally:
+        prog.stop()

@@ -7,15 +7,17 @@ same aligned rows.  Per mini-batch B, with z_g = X_g w_g, z_h = X_h w_h and the 
     LinR (squared loss / 2):                                     d = z_g + z_h − y
 
 each party needs its gradient X^T d / |B| + l2·w without learning the other's z, y or gradient.
+For LR the parties work with d' = 4d = z_g + z_h − 2·y± and scale the gradient by 1/4 after
+unmasking: the same value, without an encrypted multiplication by 0.25 per row.
 
 **Two parties, no third party** (UniFL Fig. 2 / its ref. [9]); each party has its own key pair,
 guest G and host H:
 
 1. host -> guest  [[z_h]]_H                                   (O1)
-   guest -> host  [[u]]_G,  u = 0.25·z_g − 0.5·y±  (LinR: z_g − y)   (O1)
-2. guest:  [[d]]_H = 0.25·[[z_h]]_H + u   (LinR: [[z_h]]_H + u)        (O4, O3)
-   host:   [[d]]_G = [[u]]_G + 0.25·z_h   (LinR: + z_h)               (O3)
-3. each:   [[X^T d]] (O5), viewed as raw integers at its fixed-point scale s, plus a mask R of
+   guest -> host  [[u]]_G,  u = z_g − 2·y±  (LinR: z_g − y)          (O1)
+2. guest:  [[d']]_H = [[z_h]]_H + u                                   (O3)
+   host:   [[d']]_G = [[u]]_G + z_h                                   (O3)
+3. each:   [[X^T d']] (O5), viewed as raw integers at its fixed-point scale s, plus a mask R of
            bits(bound) + ``mask_bits`` uniform bits from ``secrets`` (statistically hiding the
            gradient; integer domain, so the owner removes it exactly), re-randomised (obfuscate)
            and sent to the key owner -- the other party.
@@ -25,8 +27,8 @@ guest G and host H:
 Each party sees only the other's ciphertexts and a masked gradient, never z, y or d in clear.
 
 **With an arbiter** (FLASH A.2, FATE's coordinated LR/LinR): the arbiter generates the key pair A
-and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d]]_A (re-randomised); both
-compute masked [[X^T d + R]]_A and the arbiter decrypts them and returns the masked integers.
+and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d']]_A (re-randomised); both
+compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked integers.
 
 **Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, as in FATE's
 prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are never
@@ -50,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, SerializationError, TransportError
+from ..errors import ConfigError, KeyMismatchError, SerializationError, TransportError
 from ..phe_sdk import EncryptedArray, paillier
 from .channel import Channel
 from .data import (TASKS, load_party, sorted_ids, standardize, subsample_ids, train_test_split)
@@ -192,6 +194,17 @@ def load_checkpoint(path: Path | None, dim: int, seed: int) -> tuple[np.ndarray,
 
 
 # ------------------------------------------------------------------ the parties
+def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str) -> EncryptedArray:
+    """``obj`` must be an encrypted array under ``key`` with ``shape`` (else a named error)."""
+    if not isinstance(obj, EncryptedArray):
+        raise TransportError(f"expected encrypted {what}, got {type(obj).__name__}")
+    if obj.public_key != key:
+        raise KeyMismatchError(f"encrypted {what} is under an unexpected public key")
+    if obj.shape != shape:
+        raise TransportError(f"encrypted {what} has shape {obj.shape}, expected {shape}")
+    return obj
+
+
 def _maybe_fixed_base(p: VerticalParams, pk: paillier.PublicKey, be, t: Timings) -> None:
     if p.fixed_base and pk.fixed_base is None:
         with t.subtask("VFL: fixed-base table (DJN option)", "precompute"):
@@ -214,6 +227,7 @@ def _check_alignment(role: str, peer: str, channel: Channel, ids: list[str]) -> 
 def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings, progress,
                  arbiter: bool) -> dict:
     seed = job["seed"]
+    factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     y = m.y_train
     n, dim = m.X_train.shape
     ck = _checkpoint_path(p, job, "guest")
@@ -224,6 +238,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
     if arbiter:
         pk_a = channel.recv("arbiter", "vfl/pk")
         pk_own = sk_own = None
+        pk_h = pk_a
         _maybe_fixed_base(p, pk_a, be, t)           # the guest re-randomises N values under A
     else:
         with t.subtask("VFL: Paillier key generation", "keygen"):
@@ -231,7 +246,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                 pk_own, sk_own = paillier.keygen(job["key_bits"])
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
-        channel.recv("host", "vfl/pk")              # registers the host's key for its arrays
+        pk_h = channel.recv("host", "vfl/pk")
     total = sum(len(batches(n, p.batch_size, seed, e)) for e in range(start, p.epochs))
     epoch = start
     with progress_bar(total, f"guest {job['algorithm']}", progress) as advance:
@@ -247,17 +262,17 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                 tag = f"vfl/e{epoch}/b{bi}"
                 Xb = m.X_train[b]
                 zg = Xb @ w
-                u = 0.25 * zg - 0.5 * (2.0 * y[b] - 1.0) if task == "lr" else zg - y[b]
+                u = zg - 2.0 * (2.0 * y[b] - 1.0) if task == "lr" else zg - y[b]
                 if not arbiter:
                     with t.subtask("VFL: encrypt forward", "O1 enc"):
                         with t.crypto():
                             enc_u = EncryptedArray.encrypt(pk_own, u, backend=be,
                                                            private_key=sk_own)
                     channel.send("host", f"{tag}/u", enc_u)
-                enc_zh = channel.recv("host", f"{tag}/zh")
-                with t.subtask("VFL: encrypted residual", "O4 mul, O3 add"):
+                enc_zh = _expect(channel.recv("host", f"{tag}/zh"), pk_h, (len(b),), "z_h")
+                with t.subtask("VFL: encrypted residual", "O3 add"):
                     with t.crypto():
-                        enc_d = (enc_zh * 0.25 if task == "lr" else enc_zh) + u
+                        enc_d = enc_zh + u
                         if arbiter:
                             enc_d_out = enc_d.obfuscate()
                 if arbiter:
@@ -274,7 +289,8 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                     channel.send("host", f"{tag}/plain_h", vals)
                 back = channel.recv("arbiter" if arbiter else "host", f"{tag}/plain_g")
                 with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = unmask_gradient(back, r, scale) / len(b) + p.l2 * m.l2_mask * w
+                    grad = (unmask_gradient(back, r, scale) * factor / len(b)
+                            + p.l2 * m.l2_mask * w)
                     w = w - p.learning_rate * grad
                 advance(1)
             dh2 = float(channel.recv("host", f"vfl/e{epoch}/dw2"))
@@ -298,6 +314,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
 def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings, progress,
                 arbiter: bool) -> dict:
     seed = job["seed"]
+    factor = 0.25 if task == "lr" else 1.0
     n, dim = m.X_train.shape
     ck = _checkpoint_path(p, job, "host")
     w, start, stopped = np.zeros(dim), 0, False
@@ -337,9 +354,8 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                     enc_u = channel.recv("guest", f"{tag}/u")
                     with t.subtask("VFL: encrypted residual", "O3 add"):
                         with t.crypto():
-                            enc_d = enc_u + (0.25 * zh if task == "lr" else zh)
-                if enc_d.public_key != (pk_own if arbiter else pk_g) or enc_d.shape != (len(b),):
-                    raise TransportError("host: residual under an unexpected key or shape")
+                            enc_d = enc_u + zh
+                _expect(enc_d, pk_own if arbiter else pk_g, (len(b),), "residual")
                 with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
                     with t.crypto():
                         masked, r, scale = mask_gradient(Xb.T @ enc_d, p.mask_bits)
@@ -352,7 +368,7 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                     channel.send("guest", f"{tag}/plain_g", vals)
                 back = channel.recv("arbiter" if arbiter else "guest", f"{tag}/plain_h")
                 with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = unmask_gradient(back, r, scale) / len(b) + p.l2 * w
+                    grad = unmask_gradient(back, r, scale) * factor / len(b) + p.l2 * w
                     w = w - p.learning_rate * grad
                 advance(1)
             channel.send("guest", f"vfl/e{epoch}/dw2", float(((w - w0) ** 2).sum()))
@@ -410,7 +426,9 @@ def train(role: str, job: dict, channel: Channel, backend, task: str, ids: list[
         _check_alignment(role, peer, channel, ids)
     m = prepare(role, job["dataset"], ids, p, job["seed"], data_dir)
     fn = _train_guest if role == "guest" else _train_host
-    return fn(job, p, task, m, channel, backend, timings, progress, arbiter)
+    out = fn(job, p, task, m, channel, backend, timings, progress, arbiter)
+    out["metrics"]["data_file"] = Path(m.source).name   # says when the bundled sample was used
+    return out
 
 
 def _run(role, job, channel, backend, data_dir, progress, task, with_psi) -> dict:
