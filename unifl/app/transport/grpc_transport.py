@@ -359,9 +359,10 @@ class GrpcTransport:
                         continue
                 # outside the lock: the server threads keep delivering meanwhile
                 next_ping = time.monotonic() + self.liveness_s / 2
-                if self._ping(src):
+                alive = self._ping(src)
+                if alive:
                     unanswered_since = None
-                else:
+                elif alive is False:
                     unanswered_since = unanswered_since or time.monotonic()
                     if time.monotonic() - unanswered_since >= self.liveness_s:
                         raise PeerUnavailable(
@@ -372,8 +373,10 @@ class GrpcTransport:
             with self._cond:
                 self.stats["seconds_waiting"] += time.perf_counter() - t0
 
-    def _ping(self, dst: str) -> bool:
-        """True when ``dst``'s process answers a liveness probe within ``liveness_s``/2 s."""
+    def _ping(self, dst: str) -> bool | None:
+        """True when ``dst``'s process answers a liveness probe, False when nothing listens at its
+        address any more (connection refused), None when inconclusive (a slow answer): only a
+        refused connection counts against a peer, so a busy machine is never declared dead."""
         env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
                        sender=self.role, receiver=dst, tag=PING_TAG, session=self.session,
                        seq=0).SerializeToString()
@@ -381,10 +384,13 @@ class GrpcTransport:
             self._stub(dst)(env, timeout=max(self.liveness_s / 2, 0.2))
             return True
         except grpc.RpcError as exc:
-            # only "cannot connect" means gone; any other answer came from a live process
-            return exc.code() not in _RETRY_CODES
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                return False
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return None
+            return True          # any other answer came from a live process
         except TransportError:
-            return True
+            return None
 
     def close(self) -> None:
         """Say goodbye to the peers (best effort), stop the server, close the channels."""
