@@ -274,9 +274,11 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
          data_dir: Optional[str] = typer.Option(None, help="folder with the datasets"),
          workdir: Optional[str] = typer.Option(None, help="folder for the job file, logs, results"),
          progress: bool = typer.Option(True, help="progress bars")) -> None:
-    """The main job: guest and host as two processes on this machine, each on the hardware its
-    YAML names (guest on fpga, host on qat by default, falling back to native/cpu and saying so);
-    PSI-RSA on the ids, vertical LR (LinR for motor) on the intersection, then what ran where."""
+    """The main job: guest and host as two processes on this machine, on different hardware.
+
+    Each party runs on the hardware its YAML names (guest on fpga, host on qat by default, falling
+    back to native/cpu and saying so); PSI-RSA on the ids, vertical LR (LinR for motor) on the
+    intersection, then a table of what ran where and the held-out AUC."""
     from .demo import DemoFailed, DemoOptions, run_demo
     from .errors import UniflError
     opts = DemoOptions(dataset=dataset, algorithm=algorithm, guest_config=guest_config,
