@@ -194,11 +194,11 @@ setup(
     version="0.1.0",
     description="Unified heterogeneous acceleration of the cryptography of cross-silo federated learning",
     packages=find_packages(include=["unifl", "unifl.*"]),
-    package_data={"unifl": ["configs/*.yaml", "backends/*/src/*", "app/data/*"] + FPGA_PACKAGE_DATA
-                  + GPU_PACKAGE_DATA},
+    package_data={"unifl": ["configs/*.yaml", "app/transport/*.proto", "backends/*/src/*", "app/data/*"]
+                  + FPGA_PACKAGE_DATA + GPU_PACKAGE_DATA},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "gmpy2>=2.1", "pyyaml>=6", "pydantic>=2", "rich>=13",
-                      "typer>=0.9", "tqdm>=4"],
+                      "typer>=0.9", "tqdm>=4", "grpcio>=1.60", "protobuf>=5"],
     extras_require={"test": ["pytest", "hypothesis", "phe"], **GPU_EXTRAS},
     cmdclass=GPU_CMDCLASS,
     ext_modules=ext_modules,

@@ -1,4 +1,5 @@
-"""The ``unifl`` command line: ``devices``, ``demo``, ``bench``."""
+"""The ``unifl`` command line: ``devices``, ``run`` (one party), ``demo`` (the main job: two parties
+on two processes), ``check`` (every backend against plaintext), ``bench``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="UniFL: homomorphic cryptography for federated learning on any hardware.")
-console = Console()
+# wide enough for the result tables when the output is a file or a pipe (CI logs, tests)
+console = Console(width=None if os.environ.get("COLUMNS") else 132) \
+    if not Console().is_terminal else Console()
 
 
 @app.command()
@@ -33,13 +36,13 @@ def devices() -> None:
 
 
 @app.command()
-def demo(key_bits: int = typer.Option(2048, help="Paillier key size"),
-         size: int = typer.Option(64, help="vector length")) -> None:
+def check(key_bits: int = typer.Option(2048, help="Paillier key size"),
+          size: int = typer.Option(64, help="vector length")) -> None:
     """Encrypt, compute and decrypt with every available backend; print what ran and check it."""
     from .backends import registry
     from .phe_sdk import paillier
     from .phe_sdk.array import EncryptedArray
-    console.print(f"[bold]UniFL demo[/bold]: Paillier {key_bits}-bit key, vectors of {size}")
+    console.print(f"[bold]UniFL check[/bold]: Paillier {key_bits}-bit key, vectors of {size}")
     t0 = time.perf_counter()
     pk, sk = paillier.keygen(key_bits)
     console.print(f"key generated in {time.perf_counter() - t0:.2f}s ({pk!r})")
@@ -118,6 +121,192 @@ def bench(suite: List[str] = typer.Option(["table2", "ops"], help="table2 | ops 
         console.print(f"wrote {out}/bench-{stamp}.json and .png")
     except ImportError:
         console.print(f"wrote {out}/bench-{stamp}.json (install matplotlib for the plot)")
+
+
+# ---- parties ---------------------------------------------------------------------------------
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def print_results(results: dict[str, dict], title: str) -> None:
+    """FLASH Table 1 style: sub-task, crypto ops, time, and the backend/device that ran it; then
+    the per-op hardware report, the fallbacks (loudly) and the model's metrics."""
+    from .party import hardware_label
+    table = Table(title=title)
+    for col in ("party", "sub-task", "crypto ops", "time (s)", "crypto (s)", "ran on"):
+        table.add_column(col, overflow="fold", no_wrap=col.endswith("(s)"))
+    for role, res in results.items():
+        label = hardware_label(res.get("backend", {}), short=True)
+        for row in res.get("timings", []):
+            crypto = row["crypto_ops"] != "plaintext"
+            table.add_row(role, row["subtask"], row["crypto_ops"], f"{row['seconds']:.2f}",
+                          f"{row['crypto_seconds']:.2f}", label if crypto else "CPU (plaintext)")
+    console.print(table)
+    hw = Table(title="which hardware ran what (scheduler counters)")
+    for col in ("party", "op", "backend", "device", "calls", "elements", "seconds"):
+        hw.add_column(col, overflow="fold")
+    for role, res in results.items():
+        for r in res.get("backend", {}).get("report", []):
+            be = r["backend"] + (f" [{r['stand_in']}]" if r.get("stand_in") else "")
+            hw.add_row(role, r["op"], be, r["device"], str(r["calls"]), f"{r['elements']:,}",
+                       f"{r['seconds']:.3f}")
+    console.print(hw)
+    for role, res in results.items():
+        bits = []
+        if "intersection_size" in res:
+            bits.append(f"PSI intersection {res['intersection_size']}")
+        for k, v in (res.get("metrics") or {}).items():
+            if isinstance(v, float):
+                bits.append(f"{k.upper() if k in ('auc', 'r2') else k} {v:.4f}")
+            elif k in ("epochs", "train_rows", "test_rows"):
+                bits.append(f"{k} {v}")
+        net = res.get("network") or {}
+        if net:
+            bits.append(f"sent {_fmt_bytes(net.get('bytes_sent', 0))}, received "
+                        f"{_fmt_bytes(net.get('bytes_received', 0))}, waited "
+                        f"{net.get('seconds_waiting', 0.0):.1f} s for the peer")
+        if "wall_seconds" in res:
+            bits.append(f"wall {res['wall_seconds']:.1f} s")
+        console.print(f"[bold]{role}[/bold]: " + ", ".join(bits))
+    for role, res in results.items():   # last, so they cannot scroll away
+        for ev in res.get("backend", {}).get("fallback_events", []):
+            console.print(f"[bold yellow]! {role}: backend {ev['backend']} was not used: "
+                          f"{ev['reason']}[/bold yellow]")
+        sel = res.get("backend", {})
+        if sel.get("requested") not in (None, "auto", sel.get("chosen")):
+            console.print(f"[bold red]! {role} asked for {sel['requested']!r} but ran on "
+                          f"{sel['chosen']!r} (fallback)[/bold red]")
+    for role, res in results.items():
+        m = res.get("metrics") or {}
+        rows = f" ({m['test_rows']} rows)" if "test_rows" in m else ""
+        if isinstance(m.get("auc"), float):
+            console.print(f"[bold green]AUC on the held-out split{rows}: {m['auc']:.4f}[/bold green]")
+        if isinstance(m.get("r2"), float):
+            console.print(f"[bold green]R² on the held-out split{rows}: {m['r2']:.4f}[/bold green]")
+
+
+def _exit_code(exc: Exception) -> int:
+    from .errors import ConfigError, TransportError
+    return 2 if isinstance(exc, ConfigError) else 3 if isinstance(exc, TransportError) else 1
+
+
+@app.command()
+def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped one: host_qat.yaml)"),
+        job: Path = typer.Option(..., help="the job YAML (or a shipped one: demo_vlr_breast.yaml)"),
+        listen: Optional[str] = typer.Option(None, help="override network.listen (HOST:PORT)"),
+        peer: Optional[List[str]] = typer.Option(None, help="override a peer: ROLE=HOST:PORT"),
+        key_bits: Optional[int] = typer.Option(None, help="override the key size (party and job)"),
+        timeout: Optional[float] = typer.Option(None, help="override network.timeout_s"),
+        data_dir: Optional[str] = typer.Option(None, help="folder with the datasets"),
+        json_out: Optional[Path] = typer.Option(None, help="write the result (or error) as JSON"),
+        progress: bool = typer.Option(True, help="progress bars"),
+        table: bool = typer.Option(True, help="print the result tables")) -> None:
+    """Run ONE party of a job (this process), e.g. on two machines:
+    `unifl run --config guest_fpga.yaml --job demo_vlr_breast.yaml`."""
+    import logging
+
+    from .configs import PartyConfig, load_job, load_party, validate
+    from .errors import ConfigError, UniflError
+    from .party import run_party
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_party(config)
+        jobc = load_job(job, **({"key_bits": key_bits} if key_bits else {}))
+        peers = {}
+        for item in peer or []:
+            role, sep, addr = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--peer {item!r}: expected ROLE=HOST:PORT")
+            peers[role] = addr
+        # command-line overrides are validated by the same schema as the file
+        data = cfg.model_dump()
+        data["network"]["peers"].update(peers)
+        if listen:
+            data["network"]["listen"] = listen
+        if timeout is not None:
+            data["network"]["timeout_s"] = timeout
+        if key_bits:
+            data["key_bits"] = key_bits
+        cfg = validate(PartyConfig, data, f"{config} (with command-line overrides)")
+        result = run_party(cfg, jobc, data_dir=data_dir, progress=progress)
+    except UniflError as exc:
+        console.print(f"[bold red]{config}: {type(exc).__name__}: {exc}[/bold red]")
+        if json_out:
+            json_out.write_text(json.dumps({"error": {"type": type(exc).__name__,
+                                                      "message": str(exc)}}))
+        raise typer.Exit(_exit_code(exc))
+    except Exception as exc:   # a bug: keep the traceback, but tell the demo's parent what broke
+        if json_out:
+            json_out.write_text(json.dumps({"error": {"type": type(exc).__name__,
+                                                      "message": str(exc)}}))
+        raise
+    if json_out:
+        json_out.write_text(json.dumps(result, default=_json_default))
+    if table:
+        print_results({result["role"]: result}, f"UniFL {jobc.algorithm} on {jobc.dataset}: "
+                      f"{result['role']}")
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+@app.command()
+def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | default_credit"),
+         algorithm: Optional[str] = typer.Option(None, help="psi | psi+vlr | psi+vlinr | vlr | ..."),
+         guest_config: str = typer.Option("guest_fpga.yaml", help="the guest's party YAML"),
+         host_config: str = typer.Option("host_qat.yaml", help="the host's party YAML"),
+         arbiter_config: str = typer.Option("arbiter_cpu.yaml",
+                                            help="the arbiter's YAML (jobs with an arbiter: hlr)"),
+         key_bits: Optional[int] = typer.Option(None, help="key size (default: the job's, 2048)"),
+         epochs: Optional[int] = typer.Option(None, help="training epochs (rounds for hlr, trees "
+                                              "for secureboost; default: the job's)"),
+         timeout: Optional[float] = typer.Option(None, help="receive timeout of each party (s)"),
+         job: Optional[str] = typer.Option(None, help="a job YAML instead of the shipped demo job"),
+         data_dir: Optional[str] = typer.Option(None, help="folder with the datasets"),
+         workdir: Optional[str] = typer.Option(None, help="folder for the job file, logs, results"),
+         progress: bool = typer.Option(True, help="progress bars")) -> None:
+    """The main job: guest and host as two processes on this machine, on different hardware.
+
+    Each party runs on the hardware its YAML names (guest on fpga, host on qat by default, falling
+    back to native/cpu and saying so); PSI-RSA on the ids, vertical LR (LinR for motor) on the
+    intersection, then a table of what ran where and the held-out AUC."""
+    from .demo import DemoFailed, DemoOptions, run_demo
+    from .errors import UniflError
+    opts = DemoOptions(dataset=dataset, algorithm=algorithm, guest_config=guest_config,
+                       host_config=host_config, arbiter_config=arbiter_config,
+                       key_bits=key_bits, epochs=epochs, timeout=timeout, data_dir=data_dir,
+                       job=job, workdir=workdir, progress=progress)
+    console.print(f"[bold]UniFL demo[/bold]: {job or dataset}, guest on [cyan]{guest_config}"
+                  f"[/cyan], host on [cyan]{host_config}[/cyan], one process per party on "
+                  "127.0.0.1 (gRPC)")
+
+    def started(pids, run_dir):
+        console.print(f"started guest (pid {pids['guest']}) and host (pid {pids['host']}); "
+                      f"logs and results in {run_dir}")
+    t0 = time.perf_counter()
+    try:
+        results = run_demo(opts, console, on_start=started)
+    except DemoFailed as exc:
+        for role, msg in exc.errors.items():
+            console.print(f"[bold red]{role} failed: {msg}[/bold red]")
+        raise typer.Exit(1)
+    except UniflError as exc:
+        console.print(f"[bold red]{type(exc).__name__}: {exc}[/bold red]")
+        raise typer.Exit(_exit_code(exc))
+    ordered = {r: results[r] for r in ("guest", "host", "arbiter") if r in results}
+    algo = ordered["guest"].get("algorithm", "")
+    data = ordered["guest"].get("dataset", dataset)
+    print_results(ordered, f"UniFL demo: {algo} on {data}, {len(ordered)} processes over gRPC "
+                           f"({time.perf_counter() - t0:.1f} s end to end)")
 
 
 def main() -> None:

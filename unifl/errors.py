@@ -37,3 +37,40 @@ class SerializationError(UniflError, ValueError):
 
 class ConfigError(UniflError, ValueError):
     """A configuration file or value is invalid; the message names the field."""
+
+
+class TransportError(UniflError, RuntimeError):
+    """A message could not be delivered or received (peer closed, malformed or out-of-order frame)."""
+
+
+class PeerTimeout(TransportError, TimeoutError):
+    """Nothing arrived from a peer within the receive timeout; the message names the peer and tag."""
+
+
+# ---- transport faults (unifl.app.transport): each names the peer and what was refused ----------
+class PeerUnavailable(TransportError, ConnectionError):
+    """A peer could not be reached (not started, gone, TLS handshake refused) within the deadline."""
+
+
+class PeerClosed(TransportError):
+    """The peer closed its transport (its party stopped) while a message from it was awaited."""
+
+
+class ProtocolVersionError(TransportError):
+    """The peer speaks another version of the wire protocol."""
+
+
+class JobMismatchError(TransportError):
+    """A message belongs to another job (job id differs): a misconfigured or foreign peer."""
+
+
+class MalformedMessageError(TransportError):
+    """An envelope could not be parsed, failed its checksum, or was addressed to another role."""
+
+
+class SequenceError(TransportError):
+    """A message arrived out of order (a gap in the sender's sequence numbers): one was lost."""
+
+
+class MessageTooLarge(TransportError):
+    """A message exceeds the configured size limit (``network.max_message_mb``)."""

@@ -1,0 +1,7 @@
+"""Layer 1: federated-learning algorithms on ``unifl.phe_sdk``.
+
+``jobs.run_job`` is the one entry point (each party calls it with its role); ``channel`` and
+``codec`` carry objects between parties (``transport/`` holds the gRPC transport); ``psi``,
+``vertical``, ``horizontal`` and ``secureboost`` are the algorithms, ``reference`` their plaintext
+twins, ``data`` the example datasets.  See docs/app.md.
+"""

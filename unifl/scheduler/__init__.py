@@ -1,0 +1,15 @@
+"""The scheduler: a party's config -> the Backend it computes on (fallback chain, ``auto`` ranking,
+batches split across several devices least-loaded first, every op counted per backend and device).
+
+``backend_from_config(cfg)`` is the entry point; its result has the op_* interface of any Backend,
+``.report()`` (op, backend, device, calls, elements, seconds) and ``.selection`` (what was asked,
+what ran, and why).  The QAT two-stage pipeline lives in ``unifl.scheduler.pipeline``.
+"""
+
+from .counting import CountingBackend
+from .executor import Executor, SerialExecutor, ThreadExecutor, make_executor
+from .multi import MultiDeviceBackend
+from .select import backend_from_config, self_test, start
+
+__all__ = ["backend_from_config", "CountingBackend", "MultiDeviceBackend", "Executor",
+           "SerialExecutor", "ThreadExecutor", "make_executor", "self_test", "start"]

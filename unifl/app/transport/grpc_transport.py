@@ -1,0 +1,442 @@
+"""``GrpcTransport``: the ``Transport`` of a party that runs in its own process, over gRPC.
+
+Each party runs a gRPC server with one unary method, ``Deliver(Envelope) -> Ack``; received
+payloads wait in per-(sender, tag) FIFO queues until the party's ``recv`` takes them.  ``send``
+returns once the peer has queued the message (its Ack), so messages of one (sender, receiver) pair
+arrive in send order.
+
+Guarantees:
+
+* **No duplicates from retries.**  A message gets its sequence number once; a retry after a lost
+  Ack resends the same (session, seq), and the receiver acknowledges it as a duplicate without
+  queueing it again.  ``session`` is random per transport, so a restarted sender is a new stream.
+* **No silent loss.**  A gap in a sender's sequence numbers is a :class:`SequenceError` at both ends.
+* **No hangs.**  Every ``recv`` has a deadline (:class:`PeerTimeout` naming peer, address and tag);
+  every ``send`` retries only until its deadline (:class:`PeerUnavailable`).  A peer that closes
+  sends a goodbye, after which waiting for it is :class:`PeerClosed` at once; a peer that was
+  killed stops answering the liveness pings sent while waiting for it (:class:`PeerUnavailable`
+  after ``liveness_s``, however long ``timeout_s`` is).
+* **Named refusals.**  Another protocol version (:class:`ProtocolVersionError`), another job id
+  (:class:`JobMismatchError`), an unparsable or corrupted envelope (:class:`MalformedMessageError`),
+  an oversized message (:class:`MessageTooLarge`): the sender gets the error from the Ack, and the
+  receiver's next ``recv`` from that peer raises it too instead of waiting.
+* **Mutual TLS** when ``tls`` is given: both ends present certificates signed by the configured CA;
+  a party's certificate names its role (SAN DNS entry or CN), the client checks that the server it
+  reached is the role it meant (target-name override), and the server refuses an envelope whose
+  sender differs from the role in the client's certificate (no spoofing another party).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+import zlib
+from collections import deque
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from ...errors import (JobMismatchError, MalformedMessageError, MessageTooLarge, PeerClosed,
+                       PeerTimeout, PeerUnavailable, ProtocolVersionError, SequenceError,
+                       TransportError)
+from .envelope import (DELIVER_METHOD, PROTOCOL_VERSION, SERVICE, Ack, Envelope, ErrorCode)
+
+log = logging.getLogger("unifl.transport")
+
+ROLES = ("guest", "host", "arbiter")
+BYE_TAG = "__bye__"           # control message: the sender closed its transport
+PING_TAG = "__ping__"         # control message (seq 0, never queued): is the peer's process alive?
+ENVELOPE_OVERHEAD = 64 * 1024  # room for the envelope's header fields above the payload limit
+
+_CODE_ERRORS = {ErrorCode.MALFORMED: MalformedMessageError, ErrorCode.VERSION: ProtocolVersionError,
+                ErrorCode.JOB: JobMismatchError, ErrorCode.SEQUENCE: SequenceError,
+                ErrorCode.RECEIVER: MalformedMessageError,
+                ErrorCode.UNKNOWN_SENDER: MalformedMessageError,
+                ErrorCode.IDENTITY: TransportError, ErrorCode.CLOSED: PeerClosed}
+_RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for mutual TLS: this party's certificate and key, and the CA of all parties."""
+    cert: str
+    key: str
+    ca: str
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        try:
+            return tuple(Path(p).read_bytes() for p in (self.cert, self.key, self.ca))
+        except OSError as exc:
+            raise TransportError(f"TLS file unreadable: {exc}") from exc
+
+
+class GrpcTransport:
+    """Bytes between parties over gRPC (see the module docstring).
+
+    Args:
+        role: this party ("guest" | "host" | "arbiter").
+        listen: ``HOST:PORT`` of this party's server (port 0 picks a free one; see ``.address``).
+        peers: role -> ``HOST:PORT`` of the other parties (``add_peer`` may add one later).
+        job_id: every message carries it; a message of another job is refused.
+        tls: ``TlsFiles`` (or an object with cert/key/ca) for mutual TLS; None = plaintext.
+        max_message_mb: largest payload sent or accepted.
+        timeout_s: default receive timeout, and the deadline of one send (with its retries).
+        liveness_s: while waiting, a peer seen alive before is pinged; one that has not answered
+            for this long has stopped (PeerUnavailable without waiting out the timeout).
+    """
+
+    def __init__(self, role: str, listen: str, peers: dict[str, str], job_id: str, tls=None,
+                 max_message_mb: float = 64.0, timeout_s: float = 120.0, *,
+                 protocol_version: int = PROTOCOL_VERSION, server_workers: int = 4,
+                 liveness_s: float = 5.0) -> None:
+        if role not in ROLES:
+            raise TransportError(f"role must be one of {ROLES}, got {role!r}")
+        self.role = role
+        self.job_id = str(job_id)
+        self.peers = dict(peers)
+        self.timeout_s = float(timeout_s)
+        self.max_bytes = int(max_message_mb * 1024 * 1024)
+        self.protocol_version = int(protocol_version)
+        self.session = secrets.randbits(63) or 1
+        self.stats = {"bytes_sent": 0, "bytes_received": 0, "seconds_waiting": 0.0,
+                      "seconds_sending": 0.0, "messages_sent": 0, "messages_received": 0,
+                      "retries": 0, "duplicates_dropped": 0, "refused": 0}
+        self._tls = None if tls is None else TlsFiles(tls.cert, tls.key, tls.ca)
+        self._pem = self._tls.read() if self._tls else None
+        self._cond = threading.Condition()
+        self._queues: dict[tuple[str, str], deque] = {}
+        self._errors: dict[str, TransportError] = {}         # per sender: why its stream broke
+        self._closed_peers: set[str] = set()
+        self._last_seq: dict[tuple[str, int], int] = {}       # (sender, session) -> last seq
+        self._next_seq: dict[str, int] = {}                   # receiver -> next seq to send
+        self._send_locks: dict[str, threading.Lock] = {}
+        self._channels: dict[str, tuple[grpc.Channel, object]] = {}
+        self._chan_lock = threading.Lock()
+        #: a peer seen alive (a message went through) that then does not answer pings for
+        #: ``liveness_s`` has stopped: recv says so at once instead of waiting out its timeout
+        self.liveness_s = float(liveness_s)
+        self._seen_alive: set[str] = set()
+        self._closed = False
+        opts = self._grpc_options()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=server_workers,
+                                                              thread_name_prefix=f"unifl-{role}"),
+                                   options=opts)
+        handler = grpc.unary_unary_rpc_method_handler(self._deliver)   # raw bytes both ways
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Deliver": handler}),))
+        try:
+            if self._pem:
+                cert, key, ca = self._pem
+                creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                                    require_client_auth=True)
+                port = self._server.add_secure_port(listen, creds)
+            else:
+                port = self._server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            raise PeerUnavailable(f"{role}: cannot listen on {listen}: {exc}") from exc
+        if not port:
+            raise PeerUnavailable(f"{role}: cannot listen on {listen} (address in use?)")
+        self.address = f"{listen.rsplit(':', 1)[0]}:{port}"
+        self._server.start()
+
+    # ---- configuration
+    def _grpc_options(self) -> list[tuple[str, int]]:
+        limit = self.max_bytes + ENVELOPE_OVERHEAD
+        return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+
+    def add_peer(self, role: str, address: str) -> None:
+        """Tell this transport where peer ``role`` listens (before the first message to it)."""
+        self.peers[role] = address
+
+    # ---- server side
+    def _refuse(self, code: ErrorCode, msg: str, sender: str | None = None,
+                exc_type: type[TransportError] | None = None) -> bytes:
+        """Ack refusing an envelope; a refusal attributable to a known peer also breaks the
+        receiving side's stream from that peer, so its next recv raises instead of waiting."""
+        with self._cond:
+            self.stats["refused"] += 1
+            if sender in self.peers and exc_type is not None:
+                self._errors.setdefault(sender, exc_type(msg))
+                self._cond.notify_all()
+        log.warning("%s refused a message: %s", self.role, msg)
+        return Ack(protocol_version=self.protocol_version, error_code=int(code),
+                   error=msg).SerializeToString()
+
+    def _deliver(self, raw: bytes, context) -> bytes:
+        try:
+            env = Envelope.FromString(raw)
+        except Exception:  # noqa: BLE001 - any parse failure is a malformed envelope
+            return self._refuse(ErrorCode.MALFORMED,
+                                f"{self.role}: unparsable envelope ({len(raw)} bytes)")
+        if env.tag == PING_TAG and env.seq == 0:      # liveness probe: answered, never queued
+            return Ack(protocol_version=self.protocol_version).SerializeToString()
+        who = f"{env.sender or '?'} -> {self.role} [{env.tag}] seq {env.seq}"
+        if env.protocol_version != self.protocol_version:
+            return self._refuse(ErrorCode.VERSION,
+                                f"{who}: peer {env.sender} speaks protocol v{env.protocol_version}, "
+                                f"{self.role} speaks v{self.protocol_version}",
+                                env.sender, ProtocolVersionError)
+        if env.job_id != self.job_id:
+            return self._refuse(ErrorCode.JOB, f"{who}: message of job {env.job_id!r}, but "
+                                f"{self.role} runs job {self.job_id!r}", env.sender,
+                                JobMismatchError)
+        if env.sender not in self.peers:
+            return self._refuse(ErrorCode.UNKNOWN_SENDER, f"{who}: sender {env.sender!r} is not a "
+                                f"configured peer of {self.role} ({sorted(self.peers)})")
+        if env.receiver != self.role:
+            return self._refuse(ErrorCode.RECEIVER, f"{who}: addressed to {env.receiver!r}",
+                                env.sender, MalformedMessageError)
+        if self._pem and not _peer_is(context, env.sender):
+            return self._refuse(ErrorCode.IDENTITY, f"{who}: the TLS certificate of the client "
+                                f"does not name {env.sender!r}")
+        if zlib.crc32(env.payload) != env.crc32:
+            return self._refuse(ErrorCode.MALFORMED, f"{who}: payload checksum mismatch "
+                                "(corrupted in transit)", env.sender, MalformedMessageError)
+        if len(env.payload) > self.max_bytes:
+            return self._refuse(ErrorCode.MALFORMED, f"{who}: {len(env.payload)} bytes exceed "
+                                f"the limit of {self.max_bytes}", env.sender, MessageTooLarge)
+        key = (env.sender, env.session)
+        with self._cond:
+            if self._closed:
+                return Ack(protocol_version=self.protocol_version, error_code=ErrorCode.CLOSED,
+                           error=f"{self.role} is closed").SerializeToString()
+            last = self._last_seq.get(key, 0)
+            if env.seq <= last:
+                self.stats["duplicates_dropped"] += 1
+                return Ack(protocol_version=self.protocol_version, seq=env.seq,
+                           duplicate=True).SerializeToString()
+            if env.seq != last + 1:
+                msg = (f"{who}: out of order, expected seq {last + 1} from {env.sender} "
+                       "(a message was lost)")
+                self._errors.setdefault(env.sender, SequenceError(msg))
+                self._cond.notify_all()
+                self.stats["refused"] += 1
+                return Ack(protocol_version=self.protocol_version, error_code=ErrorCode.SEQUENCE,
+                           error=msg).SerializeToString()
+            self._last_seq[key] = env.seq
+            self._seen_alive.add(env.sender)
+            if env.tag == BYE_TAG:
+                self._closed_peers.add(env.sender)
+            else:
+                self._closed_peers.discard(env.sender)
+                self._queues.setdefault((env.sender, env.tag), deque()).append(env.payload)
+                self.stats["bytes_received"] += len(env.payload)
+                self.stats["messages_received"] += 1
+            self._cond.notify_all()
+        return Ack(protocol_version=self.protocol_version, seq=env.seq).SerializeToString()
+
+    # ---- client side
+    def _stub(self, dst: str):
+        with self._chan_lock:
+            return self._stub_locked(dst)
+
+    def _stub_locked(self, dst: str):
+        if dst not in self._channels:
+            addr = self.peers.get(dst)
+            if addr is None:
+                raise TransportError(f"{self.role}: no address for peer {dst!r} "
+                                     f"(configured peers: {sorted(self.peers)})")
+            opts = self._grpc_options()
+            if self._pem:
+                cert, key, ca = self._pem
+                creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
+                                                     certificate_chain=cert)
+                # verify that the server's certificate names the role we mean to reach
+                opts = opts + [("grpc.ssl_target_name_override", dst)]
+                ch = grpc.secure_channel(addr, creds, options=opts)
+            else:
+                ch = grpc.insecure_channel(addr, options=opts)
+            self._channels[dst] = (ch, ch.unary_unary(DELIVER_METHOD))
+        return self._channels[dst][1]
+
+    def send(self, dst: str, tag: str, data: bytes, timeout: float | None = None) -> None:
+        """Deliver ``data`` to ``dst`` under ``tag``; returns once ``dst`` has queued it."""
+        if self._closed:
+            raise TransportError(f"{self.role}: send on a closed transport")
+        if dst == self.role or dst not in ROLES:
+            raise TransportError(f"{self.role}: cannot send to {dst!r}")
+        data = bytes(data)
+        if len(data) > self.max_bytes:
+            raise MessageTooLarge(f"{self.role} -> {dst} [{tag}]: {len(data)} bytes exceed the "
+                                  f"limit of {self.max_bytes} (network.max_message_mb)")
+        self._send(dst, tag, data, self.timeout_s if timeout is None else timeout)
+
+    def _send(self, dst: str, tag: str, data: bytes, timeout: float) -> None:
+        lock = self._send_locks.setdefault(dst, threading.Lock())
+        t0 = time.perf_counter()
+        with lock:
+            seq = self._next_seq.get(dst, 1)
+            env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
+                           sender=self.role, receiver=dst, tag=tag, session=self.session, seq=seq,
+                           payload=data, crc32=zlib.crc32(data)).SerializeToString()
+            stub = self._stub(dst)
+            # The seq is used up by this attempt whatever happens: if the message did arrive but
+            # its Ack was lost, reusing the seq would make the receiver drop the NEXT message as a
+            # "duplicate"; consuming it turns a truly lost message into a SequenceError instead.
+            self._next_seq[dst] = seq + 1
+            deadline = time.monotonic() + timeout
+            delay, attempt, last_err = 0.05, 0, "no attempt"
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerUnavailable(
+                        f"{self.role} -> {dst} ({self.peers.get(dst)}) [{tag}]: not delivered "
+                        f"within {timeout:g} s after {attempt} attempt(s): {last_err}")
+                try:
+                    raw = stub(env, timeout=min(left, max(5.0, timeout / 4)), wait_for_ready=True)
+                    break
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    last_err = f"{code.name}: {exc.details()}"
+                    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise MessageTooLarge(f"{self.role} -> {dst} [{tag}]: refused by the "
+                                              f"peer's size limit ({exc.details()})") from None
+                    if code not in _RETRY_CODES:
+                        raise TransportError(f"{self.role} -> {dst} [{tag}]: {last_err}") from None
+                    attempt += 1
+                    with self._cond:
+                        self.stats["retries"] += 1
+                    time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                    delay = min(delay * 2, 1.0)
+            ack = _parse_ack(raw, self.role, dst)
+            if ack.error_code:
+                try:
+                    exc_type = _CODE_ERRORS.get(ErrorCode(ack.error_code), TransportError)
+                except ValueError:      # a code from a newer peer
+                    exc_type = TransportError
+                raise exc_type(f"{dst} refused {self.role}'s message [{tag}]: {ack.error}")
+            if ack.protocol_version != self.protocol_version:
+                raise ProtocolVersionError(f"{dst} answered with protocol v{ack.protocol_version}, "
+                                           f"{self.role} speaks v{self.protocol_version}")
+        with self._cond:
+            self._seen_alive.add(dst)
+            if tag != BYE_TAG:
+                self.stats["bytes_sent"] += len(data)
+                self.stats["messages_sent"] += 1
+            self.stats["seconds_sending"] += time.perf_counter() - t0
+
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> bytes:
+        """The next message from ``src`` under ``tag``; waits at most ``timeout`` seconds
+        (default: ``timeout_s``), then :class:`PeerTimeout` naming the peer and the tag.  While
+        waiting for a peer seen alive before, it is pinged every ``liveness_s``/2 s; when it has
+        not answered for ``liveness_s`` s its process is gone: :class:`PeerUnavailable` at once."""
+        timeout = self.timeout_s if timeout is None else float(timeout)
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + timeout
+        next_ping = time.monotonic() + self.liveness_s / 2
+        unanswered_since: float | None = None
+        key = (src, tag)
+        try:
+            while True:
+                with self._cond:
+                    q = self._queues.get(key)
+                    if q:
+                        data = q.popleft()
+                        if not q:
+                            del self._queues[key]
+                        return data
+                    if src in self._errors:
+                        raise self._errors[src]
+                    if src in self._closed_peers:
+                        raise PeerClosed(f"{self.role}: waiting for [{tag}] from {src}, but {src} "
+                                         "closed its transport (its party stopped)")
+                    if self._closed:
+                        raise TransportError(f"{self.role}: transport closed while waiting for "
+                                             f"[{tag}] from {src}")
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise PeerTimeout(f"{self.role}: no message [{tag}] from {src} "
+                                          f"({self.peers.get(src, 'no address')}) within "
+                                          f"{timeout:g} s (peer stopped, stuck or unreachable)")
+                    ping_due = (now >= next_ping and src in self._seen_alive
+                                and src in self.peers)
+                    if not ping_due:
+                        self._cond.wait(min(deadline - now, max(next_ping - now, 0.05), 1.0))
+                        continue
+                # outside the lock: the server threads keep delivering meanwhile
+                next_ping = time.monotonic() + self.liveness_s / 2
+                alive = self._ping(src)
+                if alive:
+                    unanswered_since = None
+                elif alive is False:
+                    unanswered_since = unanswered_since or time.monotonic()
+                    if time.monotonic() - unanswered_since >= self.liveness_s:
+                        raise PeerUnavailable(
+                            f"{self.role}: waiting for [{tag}] from {src}, but {src} "
+                            f"({self.peers.get(src)}) stopped answering for "
+                            f"{self.liveness_s:g} s (its party stopped or crashed)")
+        finally:
+            with self._cond:
+                self.stats["seconds_waiting"] += time.perf_counter() - t0
+
+    def _ping(self, dst: str) -> bool | None:
+        """True when ``dst``'s process answers a liveness probe, False when nothing listens at its
+        address any more (connection refused), None when inconclusive (a slow answer): only a
+        refused connection counts against a peer, so a busy machine is never declared dead."""
+        env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
+                       sender=self.role, receiver=dst, tag=PING_TAG, session=self.session,
+                       seq=0).SerializeToString()
+        try:
+            self._stub(dst)(env, timeout=max(self.liveness_s / 2, 0.2))
+            return True
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                return False
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return None
+            return True          # any other answer came from a live process
+        except TransportError:
+            return None
+
+    def close(self) -> None:
+        """Say goodbye to the peers (best effort), stop the server, close the channels."""
+        if self._closed:
+            return
+        for dst in list(self._channels):
+            try:
+                self._send(dst, BYE_TAG, b"", 0.5)
+            except TransportError:
+                pass
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._server.stop(grace=0.2).wait(2.0)
+        with self._chan_lock:
+            for ch, _ in self._channels.values():
+                ch.close()
+            self._channels.clear()
+
+    def __enter__(self) -> "GrpcTransport":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _parse_ack(raw: bytes, me: str, dst: str):
+    try:
+        return Ack.FromString(raw)
+    except Exception as exc:  # noqa: BLE001
+        raise MalformedMessageError(f"{me}: unparsable acknowledgement from {dst}") from exc
+
+
+def _peer_is(context, role: str) -> bool:
+    """True when the client's verified TLS certificate names ``role`` (SAN DNS entry or CN)."""
+    auth = context.auth_context() or {}
+    names = [v.decode() for k in ("x509_subject_alternative_name", "x509_common_name")
+             for v in auth.get(k, [])]
+    return role in names
+
+
+def from_config(cfg, job_id: str, **overrides) -> GrpcTransport:
+    """A transport from a :class:`unifl.configs.PartyConfig`'s ``network`` section."""
+    net = cfg.network
+    kwargs = dict(role=cfg.party, listen=net.listen, peers=dict(net.peers), job_id=job_id,
+                  tls=net.tls, max_message_mb=net.max_message_mb, timeout_s=net.timeout_s,
+                  liveness_s=net.liveness_s)
+    kwargs.update(overrides)
+    return GrpcTransport(**kwargs)

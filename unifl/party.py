@@ -1,0 +1,78 @@
+"""One party of a federated job, as its own process: config -> scheduler -> backend, gRPC transport
+-> channel -> ``run_job``; the result says which hardware ran what.
+
+Used by ``unifl run`` (and, through it, by each process ``unifl demo`` starts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .configs import JobConfig, PartyConfig
+from .errors import ConfigError
+
+log = logging.getLogger("unifl.party")
+
+
+def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
+    """The job dict this party runs.  The party's ``key_bits`` is its floor: a job asking for
+    smaller keys is refused (a party never accepts weaker keys than its own policy)."""
+    if job.key_bits < cfg.key_bits:
+        raise ConfigError(f"job {job.job_id!r} asks for {job.key_bits}-bit keys but party "
+                          f"{cfg.party}'s config requires key_bits >= {cfg.key_bits}")
+    if cfg.party not in job.parties:
+        raise ConfigError(f"party {cfg.party!r} is not one of the job's parties {job.parties}")
+    return job.to_job()
+
+
+def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
+              progress: bool = True, listen: str | None = None,
+              peers: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run this party's side of ``job``; returns run_job's result plus ``backend`` (selection and
+    the per-op report) and ``wall_seconds`` (run_job's ``network`` has the transport stats)."""
+    from .app.channel import Channel
+    from .app.jobs import run_job
+    from .app.transport import from_config
+    from .scheduler import backend_from_config
+
+    job_dict = effective_job(cfg, job)
+    t0 = time.perf_counter()
+    backend = backend_from_config(cfg)
+    t_backend = time.perf_counter() - t0
+    overrides: dict[str, Any] = {}
+    if listen:
+        overrides["listen"] = listen
+    if peers:
+        overrides["peers"] = {**cfg.network.peers, **peers}
+    transport = from_config(cfg, job.job_id, **overrides)
+    channel = Channel(transport, default_timeout=cfg.network.timeout_s, backend=backend)
+    try:
+        result = run_job(cfg.party, job_dict, channel, backend, data_dir=data_dir,
+                         progress=progress)
+    finally:
+        channel.close()
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+    result.setdefault("dataset", job.dataset)
+    result["backend"] = {**backend.selection, "report": backend.report(),
+                         "start_seconds": t_backend}
+    result["wall_seconds"] = time.perf_counter() - t0
+    return result
+
+
+def hardware_label(selection: dict, short: bool = False) -> str:
+    """'fpga [PoCL (OpenCL on the CPU)]' style label of what ran, from a result's ``backend``
+    (``short``: 'fpga [PoCL]')."""
+    stand_ins = {r.get("stand_in") for r in selection.get("report", []) if r.get("stand_in")}
+    if short:
+        stand_ins = {s.split(" (")[0] for s in stand_ins}
+    label = selection.get("chosen", "?")
+    if stand_ins:
+        label += f" [{', '.join(sorted(stand_ins))}]"
+    if selection.get("requested") not in (None, "auto", selection.get("chosen")):
+        label += (f" ({selection['requested']} unavailable)" if short else
+                  f" (fallback: {selection['requested']} unavailable)")
+    return label

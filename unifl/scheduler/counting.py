@@ -1,0 +1,138 @@
+"""A Backend wrapper that counts and times every native operation it runs, per backend and device.
+
+FATE and NVFlare users could not tell whether their accelerator ran at all; every party of a UniFL
+run can print, from :meth:`CountingBackend.report`, how many calls and elements of which operation
+ran on which backend and device, and for how long.  The wrapper has the wrapped backend's op_*
+interface and ``implements()``, so the layers above compose exactly as they would on the bare
+backend: an op the backend lacks is composed from counted MontMults.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import OPS, Backend
+
+
+def batch_elements(op: str, args: tuple) -> int:
+    """How many elements one call of ``op`` processes: rows of the batch; for a multi-exponentiation
+    the K·N base-exponent pairs."""
+    if op == "mont_multi_exp":
+        exps = args[2]
+        return int(exps.shape[0]) * int(exps.shape[1])
+    arr = args[1]   # (ctx|pk|sk, batch, ...) for every other op
+    return int(np.shape(arr)[0])
+
+
+class Counters:
+    """Thread-safe per-op counters: calls, elements, seconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_op: dict[str, list] = {}
+
+    def add(self, op: str, elements: int, seconds: float) -> None:
+        with self._lock:
+            row = self._by_op.setdefault(op, [0, 0, 0.0])
+            row[0] += 1
+            row[1] += elements
+            row[2] += seconds
+
+    def snapshot(self) -> dict[str, tuple[int, int, float]]:
+        with self._lock:
+            return {op: (c, e, s) for op, (c, e, s) in self._by_op.items()}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._by_op.clear()
+
+
+def stand_in_of(backend: Backend) -> str | None:
+    """Which stand-in ran for absent hardware (PoCL, the QAT simulator), None for real hardware."""
+    runtime = getattr(backend, "runtime", None)
+    if runtime is not None and getattr(runtime, "stand_in", None):
+        return runtime.stand_in
+    pr = getattr(backend, "probe_result", None)
+    return pr.stand_in if pr is not None else None
+
+
+class CountingBackend(Backend):
+    """``inner`` with every ``op_*`` call counted and timed.  ``device`` labels the report rows."""
+
+    def __init__(self, inner: Backend, device: str | None = None) -> None:
+        super().__init__()
+        self.inner = inner
+        self.name = inner.name
+        self.native_ops = frozenset(op for op in OPS if inner.implements(op))
+        self.probe_result = inner.probe_result
+        self.device = device or (", ".join(inner.devices) or inner.name)
+        self.stand_in = stand_in_of(inner)
+        self.counters = Counters()
+        self.selection: dict[str, Any] = {}
+
+    def implements(self, op: str) -> bool:
+        return op in self.native_ops
+
+    @property
+    def devices(self) -> list[str]:
+        return [self.device]
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def _run(self, op: str, args: tuple):
+        t0 = time.perf_counter()
+        out = getattr(self.inner, f"op_{op}")(*args)
+        self.counters.add(op, batch_elements(op, args), time.perf_counter() - t0)
+        return out
+
+    def op_mont_mul(self, *args):
+        return self._run("mont_mul", args)
+
+    def op_mod_mul(self, *args):
+        return self._run("mod_mul", args)
+
+    def op_mod_exp(self, *args):
+        return self._run("mod_exp", args)
+
+    def op_mont_exp(self, *args):
+        return self._run("mont_exp", args)
+
+    def op_mont_multi_exp(self, *args):
+        return self._run("mont_multi_exp", args)
+
+    def op_mont_prod_groups(self, *args):
+        return self._run("mont_prod_groups", args)
+
+    def op_paillier_encrypt(self, *args):
+        return self._run("paillier_encrypt", args)
+
+    def op_paillier_encrypt_fixed_base(self, *args):
+        return self._run("paillier_encrypt_fixed_base", args)
+
+    def op_paillier_decrypt(self, *args):
+        return self._run("paillier_decrypt", args)
+
+    def report(self) -> list[dict]:
+        """One row per op that ran: op, backend, device, calls, elements, seconds, stand_in."""
+        return [{"op": op, "backend": self.name, "device": self.device, "calls": c, "elements": e,
+                 "seconds": s, "stand_in": self.stand_in}
+                for op, (c, e, s) in sorted(self.counters.snapshot().items())]
+
+    def reset_counters(self) -> None:
+        self.counters.reset()
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+    def __getattr__(self, item: str):
+        # options and attributes of the wrapped backend (threads, runtime, mode ...)
+        if item == "inner":
+            raise AttributeError(item)
+        return getattr(self.inner, item)

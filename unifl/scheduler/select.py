@@ -1,0 +1,150 @@
+"""From a party's config to the Backend it computes on: registry lookup with the config's options,
+the fallback chain, ``auto`` ranking, one instance per listed device, counting.
+
+Chain: ``[backend] + fallback`` (``auto``: the available backends fastest first by calibration,
+then the fallback list).  A candidate is skipped -- logged at WARNING with the reason and recorded
+in ``.selection["fallback_events"]`` so the run can print it -- when it probes unavailable, when
+its constructor fails, or when its start-up self-test (two 2048-bit MontMults checked against
+Python integers) fails or disagrees.  A ``ConfigError`` from a constructor is the user's mistake and
+is raised, not skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any, Callable
+
+from ..backends import registry
+from ..backends.base import Backend
+from ..errors import BackendUnavailable, ConfigError
+from .calibrate import calibrated_seconds
+from .counting import CountingBackend
+from .executor import make_executor
+from .multi import MultiDeviceBackend
+
+log = logging.getLogger("unifl.scheduler")
+
+#: how a scalar entry of ``devices:`` selects a device, per backend (the option it sets)
+DEVICE_SELECTORS: dict[str, Callable[[Any], dict]] = {
+    "fpga": lambda v: {"device": str(v)},
+    "gpu": lambda v: {"devices": [int(v)]},
+    "qat": lambda v: {"instances": v},
+    "native": lambda v: {"threads": int(v)},
+}
+
+
+def self_test(backend: Backend, bits: int = 2048) -> None:
+    """Two MontMults on a random odd ``bits``-bit modulus, checked against Python integers; raises
+    BackendUnavailable when the backend fails or answers wrong (a broken driver must not be used)."""
+    from .. import base_op
+    m = secrets.randbits(bits) | (1 << (bits - 1)) | 1
+    ctx = base_op.mont_context(m)
+    a = [secrets.randbelow(m) for _ in range(2)]
+    b = [secrets.randbelow(m) for _ in range(2)]
+    got = base_op.from_limbs(base_op.mont_mul(backend, ctx, ctx.to_limbs(a), ctx.to_limbs(b)))
+    want = [base_op.mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    if got != want:
+        raise BackendUnavailable(f"backend {backend.name!r} failed its start-up self-test "
+                                 "(wrong MontMult result)")
+
+
+def start(name: str, options: dict, fresh: bool = False) -> Backend:
+    """An instance of backend ``name`` that passed its self-test; BackendUnavailable (with the
+    reason) otherwise.  ``fresh``: a new instance even without options (one per listed device;
+    otherwise the registry's shared instance is used)."""
+    pr = registry.probe(name)
+    if not pr.available:
+        raise BackendUnavailable(f"{name}: {pr.reason or 'unavailable'}")
+    try:
+        if options or fresh:
+            inst = registry.backend_class(name)(**options)
+            inst.probe_result = pr
+        else:
+            inst = registry.backend(name)
+        self_test(inst)
+    except (BackendUnavailable, ConfigError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any start failure means: try the next candidate
+        raise BackendUnavailable(f"{name}: failed at start: {type(exc).__name__}: {exc}") from exc
+    return inst
+
+
+def device_entries(cfg, name: str, primary: bool) -> list[tuple[str, dict, str | None]]:
+    """(backend, options, label) per device instance; ``devices: all`` (or a fallback) = one."""
+    if cfg.devices == "all" or not primary:
+        return [(name, cfg.backend_options(name), None)]
+    out = []
+    for i, entry in enumerate(cfg.devices):
+        if isinstance(entry, dict):
+            extra = dict(entry)
+            b = str(extra.pop("backend", name))
+            out.append((b, {**cfg.backend_options(b), **extra}, f"#{i}"))
+            continue
+        sel = DEVICE_SELECTORS.get(name)
+        if sel is None:
+            raise ConfigError(f"field 'devices[{i}]': backend {name!r} has no device selector; "
+                              f"give a mapping of options, e.g. {{backend: {name}}}")
+        out.append((name, {**cfg.backend_options(name), **sel(entry)}, f"#{i}"))
+    return out
+
+
+def _rank_auto(cfg, events: list[dict]) -> tuple[list[str], list[tuple[str, float]]]:
+    ranking = []
+    for name in registry.names():
+        if not registry.probe(name).available:
+            continue
+        opts = cfg.backend_options(name)
+        try:
+            secs = calibrated_seconds(name, opts, lambda n=name, o=opts: start(n, o))
+        except BackendUnavailable as exc:
+            events.append({"backend": name, "reason": str(exc)})
+            log.warning("auto: skipping backend %r: %s", name, exc)
+            continue
+        ranking.append((name, secs))
+    ranking.sort(key=lambda x: x[1])
+    log.info("auto: ranking %s", ", ".join(f"{n} {s:.3f}s" for n, s in ranking))
+    return [n for n, _ in ranking], ranking
+
+
+def backend_from_config(cfg) -> Backend:
+    """The Backend for party config ``cfg`` (a :class:`unifl.configs.PartyConfig`).
+
+    The result counts and times every op per backend and device (``.report()``), and says what was
+    chosen and why in ``.selection``: requested, chosen, fallback_events [{backend, reason}],
+    ranking (auto only), devices."""
+    events: list[dict] = []
+    ranking = None
+    if cfg.backend == "auto":
+        ranked, ranking = _rank_auto(cfg, events)
+        chain = ranked + [f for f in cfg.fallback if f not in ranked]
+    else:
+        chain = [cfg.backend] + [f for f in cfg.fallback if f != cfg.backend]
+    for pos, name in enumerate(chain):
+        members = []
+        for b, opts, label in device_entries(cfg, name, primary=(pos == 0)):
+            try:
+                inst = start(b, opts, fresh=label is not None)
+            except BackendUnavailable as exc:
+                where = b + (label or "")
+                events.append({"backend": where, "reason": str(exc)})
+                log.warning("backend %r not used: %s", where, exc)
+                continue
+            dev = ", ".join(inst.devices) or b
+            members.append(CountingBackend(inst, device=f"{label} {dev}" if label else dev))
+        if not members:
+            if pos + 1 < len(chain):
+                log.warning("falling back from %r to %r", name, chain[pos + 1])
+            continue
+        if len(members) == 1:
+            result: Backend = members[0]
+        else:
+            result = MultiDeviceBackend(members, make_executor(cfg.executor, len(members)))
+        result.selection = {"requested": cfg.backend, "chosen": name,
+                            "fallback_events": events, "ranking": ranking,
+                            "devices": result.devices, "describe": result.describe()}
+        if events:
+            log.warning("party %s runs on %r instead of %r", cfg.party, name, cfg.backend)
+        return result
+    reasons = "; ".join(f"{e['backend']}: {e['reason']}" for e in events) or "no candidates"
+    raise BackendUnavailable(f"no backend of the chain {chain} could start ({reasons})")
