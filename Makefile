@@ -12,10 +12,10 @@ demo: build
 	$(BIN)/unifl demo
 
 test: build
-	$(BIN)/python -m pytest -q -m "not slow and not gpu" -p no:cacheprovider
+	$(BIN)/python -m pytest -q -rs -m "not slow" -p no:cacheprovider
 
 test-full: build
-	UNIFL_FULL=1 $(BIN)/python -m pytest -q -m "not gpu" -p no:cacheprovider
+	UNIFL_FULL=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
 bench: build
 	$(BIN)/unifl bench
