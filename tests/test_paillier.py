@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import unifl
+from unifl import base_op
+from unifl.base_op import from_limbs
 from unifl.phe_sdk import paillier as P
 from unifl.phe_sdk.array import EncryptedArray, histogram
 
@@ -167,3 +169,29 @@ def test_crt_encryption_by_key_owner(name):
     _, other = paillier_keypair(2048)
     with pytest.raises(unifl.KeyMismatchError):
         EncryptedArray.encrypt(pk, x, private_key=other)
+
+
+def test_key_owner_half_exponent_obfuscation_is_r_to_the_n():
+    """The key owner's fresh obfuscators y_p^p mod p², y_q^q mod q² (CRT) are r^n mod n² for the r
+    with r ≡ y_p^(q^-1 mod p−1) (mod p) and likewise mod q: the identity r^n mod p² = (r^q mod p)^p
+    mod p² that makes their distribution exactly that of r^n."""
+    from unifl.phe_sdk.paillier import _crt_combine
+    pk, sk = paillier_keypair(1024)
+    p, q = sk.p, sk.q
+    assert sk.half_exponent_obfuscation
+    for _ in range(20):
+        r = secrets.randbelow(pk.n - 2) + 2
+        assert pow(r, pk.n, p * p) == pow(pow(r, q, p), p, p * p)
+        assert pow(r, pk.n, q * q) == pow(pow(r, p, q), q, q * q)
+    # the same y on two backends gives the same factor, and it equals r^n mod n² for r built by CRT
+    yp, yq = secrets.randbelow(p - 1) + 1, secrets.randbelow(q - 1) + 1
+    outs = {}
+    for name in ("cpu", "native"):
+        be = unifl.backend(name)
+        f = _crt_combine(be, sk, [(sk.psquare_ctx, [yp], p), (sk.qsquare_ctx, [yq], q)])
+        outs[name] = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, f))[0]
+    assert outs["cpu"] == outs["native"]
+    rp = pow(yp, pow(q, -1, p - 1), p)          # r mod p with r^q ≡ y_p
+    rq = pow(yq, pow(p, -1, q - 1), q)
+    r = rq + q * ((rp - rq) * pow(q, -1, p) % p)
+    assert outs["cpu"] == pow(r, pk.n, pk.nsquare)

@@ -214,6 +214,9 @@ class PrivateKey:
         self.hq = int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q))
         self.q_inverse = int(gmpy2.invert(q, p))
         self.qsquare_inverse = int(gmpy2.invert(self.qsquare, self.psquare))
+        # gcd(q, p−1) = gcd(p, q−1) = 1 (always for primes of equal size) lets the key owner draw
+        # obfuscation factors with half-length exponents (see _obfuscators_crt_fresh)
+        self.half_exponent_obfuscation = math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1
         self.device_state: dict = {}
 
     def __repr__(self) -> str:  # never shows the primes
@@ -289,10 +292,13 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
         if be.implements("paillier_encrypt_fixed_base"):
             return be.op_paillier_encrypt_fixed_base(pk, m, a)
         return _finish(be, pk, m, _fixed_base_obfuscators(be, pk, a))
+    if private_key is not None:
+        if r is None and private_key.half_exponent_obfuscation:
+            return _finish(be, pk, m, _obfuscators_crt_fresh(be, private_key, count))
+        return _finish(be, pk, m, _obfuscators_crt(be, private_key,
+                                                   pk.random_r(count) if r is None else r))
     if r is None:
         r = pk.random_r(count)
-    if private_key is not None:
-        return _finish(be, pk, m, _obfuscators_crt(be, private_key, r))
     if be.implements("paillier_encrypt"):
         return be.op_paillier_encrypt(pk, m, r)
     r_mont = base_op.to_mont(be, ctx, pad_limbs(r, ctx.num_limbs))
@@ -300,14 +306,37 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
 
 
 def _obfuscators_crt(be, sk: "PrivateKey", r: np.ndarray) -> np.ndarray:
-    """r^n mod n² (Montgomery form) from r^(n mod p(p−1)) mod p² and r^(n mod q(q−1)) mod q²: two
-    exponentiations with half-size moduli and exponents instead of one full-size one."""
+    """r^n mod n² (Montgomery form) for given r, from r^(n mod p(p−1)) mod p² and r^(n mod q(q−1))
+    mod q²: two exponentiations with half-size moduli instead of one full-size one."""
     pk = sk.public_key
     rs = from_limbs(r)
+    return _crt_combine(be, sk, [
+        (sq_ctx, [v % sq_ctx.m for v in rs], pk.n % order)
+        for sq_ctx, order in ((sk.psquare_ctx, sk.p * (sk.p - 1)), (sk.qsquare_ctx, sk.q * (sk.q - 1)))])
+
+
+def _obfuscators_crt_fresh(be, sk: "PrivateKey", count: int) -> np.ndarray:
+    """``count`` fresh obfuscation factors for the key owner, distributed exactly as r^n mod n² for r
+    uniform in Z_n*, with half-length exponents: y_p^p mod p² and y_q^q mod q², y_p uniform in
+    [1, p), y_q uniform in [1, q), joined by the CRT.
+
+    Why it is the same distribution: gcd(q, p−1) = 1 for primes of equal size, so r ↦ r^q is a
+    bijection of Z_p*, and x^p mod p² depends only on x mod p.  Hence r^n mod p² = (r^q mod p)^p mod p²
+    is y^p mod p² with y = r^q mod p uniform in Z_p* (and independent of the q side, by the CRT).  The
+    exponents are p and q (n/2 bits) instead of n mod p(p−1) (n bits): half the multiplications of
+    :func:`_obfuscators_crt`.  With the same y this is bit-identical on every backend.
+    """
+    return _crt_combine(be, sk, [(sk.psquare_ctx, random_below(sk.p, count), sk.p),
+                                 (sk.qsquare_ctx, random_below(sk.q, count), sk.q)])
+
+
+def _crt_combine(be, sk: "PrivateKey", halves_spec) -> np.ndarray:
+    """x mod n² (Montgomery form) from x_p = base_p^e_p mod p² and x_q = base_q^e_q mod q² (Garner)."""
+    pk = sk.public_key
     halves = []
-    for sq_ctx, order in ((sk.psquare_ctx, sk.p * (sk.p - 1)), (sk.qsquare_ctx, sk.q * (sk.q - 1))):
-        x = sq_ctx.to_limbs([v % sq_ctx.m for v in rs])
-        halves.append(from_limbs(mod_op.mod_exp(be, sq_ctx, x, mod_op.exp_limbs(pk.n % order))))
+    for sq_ctx, bases, exponent in halves_spec:
+        x = sq_ctx.to_limbs(bases)
+        halves.append(from_limbs(mod_op.mod_exp(be, sq_ctx, x, mod_op.exp_limbs(exponent))))
     psq, qsq, inv = sk.psquare, sk.qsquare, sk.qsquare_inverse
     obf = [b + qsq * ((a - b) * inv % psq) for a, b in zip(*halves)]
     return base_op.to_mont(be, pk.nsquare_ctx, to_limbs(obf, pk.nsquare_ctx.num_limbs))
