@@ -194,6 +194,29 @@ def load_checkpoint(path: Path | None, dim: int, seed: int) -> tuple[np.ndarray,
 
 
 # ------------------------------------------------------------------ the parties
+def _gradient_round(channel: Channel, t: Timings, p, tag: str, Xb: np.ndarray, enc_d, sk_own,
+                    *, own: str, peer: str, arbiter: bool):
+    """One party's half of a gradient exchange (the same for guest and host, ``own`` = "g" | "h").
+
+    Xᵀ·[[d]] is masked and sent to the holder of d's key (the peer, or the arbiter); in the two-party
+    protocol this party meanwhile decrypts the peer's masked gradient for it.  Returns the masked
+    plaintext gradient that comes back, with the mask and scale needed to remove it.
+    """
+    other = "h" if own == "g" else "g"
+    key_owner = "arbiter" if arbiter else peer
+    with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
+        with t.crypto():
+            masked, r, scale = mask_gradient(Xb.T @ enc_d, p.mask_bits)
+    channel.send(key_owner, f"{tag}/masked_{own}", masked)
+    if not arbiter:
+        peer_masked = channel.recv(peer, f"{tag}/masked_{other}")
+        with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
+            with t.crypto():
+                vals = decrypt_masked(peer_masked, sk_own)
+        channel.send(peer, f"{tag}/plain_{other}", vals)
+    return channel.recv(key_owner, f"{tag}/plain_{own}"), r, scale
+
+
 def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str) -> EncryptedArray:
     """``obj`` must be an encrypted array under ``key`` with ``shape`` (else a named error)."""
     if not isinstance(obj, EncryptedArray):
@@ -277,17 +300,8 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                             enc_d_out = enc_d.obfuscate()
                 if arbiter:
                     channel.send("host", f"{tag}/d", enc_d_out)
-                with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
-                    with t.crypto():
-                        masked, r, scale = mask_gradient(Xb.T @ enc_d, p.mask_bits)
-                channel.send("arbiter" if arbiter else "host", f"{tag}/masked_g", masked)
-                if not arbiter:
-                    peer_masked = channel.recv("host", f"{tag}/masked_h")
-                    with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
-                        with t.crypto():
-                            vals = decrypt_masked(peer_masked, sk_own)
-                    channel.send("host", f"{tag}/plain_h", vals)
-                back = channel.recv("arbiter" if arbiter else "host", f"{tag}/plain_g")
+                back, r, scale = _gradient_round(channel, t, p, tag, Xb, enc_d, sk_own,
+                                                 own="g", peer="host", arbiter=arbiter)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = (unmask_gradient(back, r, scale) * factor / len(b)
                             + p.l2 * m.l2_mask * w)
@@ -356,17 +370,8 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                         with t.crypto():
                             enc_d = enc_u + zh
                 _expect(enc_d, pk_own if arbiter else pk_g, (len(b),), "residual")
-                with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
-                    with t.crypto():
-                        masked, r, scale = mask_gradient(Xb.T @ enc_d, p.mask_bits)
-                channel.send("arbiter" if arbiter else "guest", f"{tag}/masked_h", masked)
-                if not arbiter:
-                    peer_masked = channel.recv("guest", f"{tag}/masked_g")
-                    with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
-                        with t.crypto():
-                            vals = decrypt_masked(peer_masked, sk_own)
-                    channel.send("guest", f"{tag}/plain_g", vals)
-                back = channel.recv("arbiter" if arbiter else "guest", f"{tag}/plain_h")
+                back, r, scale = _gradient_round(channel, t, p, tag, Xb, enc_d, sk_own,
+                                                 own="h", peer="guest", arbiter=arbiter)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = unmask_gradient(back, r, scale) * factor / len(b) + p.l2 * w
                     w = w - p.learning_rate * grad
