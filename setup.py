@@ -43,6 +43,15 @@ if os.environ.get("UNIFL_NO_NATIVE") != "1":
 FPGA_PACKAGE_DATA = ["backends/fpga/kernels/*.cl"]
 # ------------------------------------------------------------------------------------------------
 
+# ---- FATE plugin (issue 7): the [fate] extra (pins that make pyfate 2.2.0 run) and FATE's ------
+# component entry point.  torch: take the CPU build (PyTorch's CPU index, or a local CPU wheel);
+# PyPI's Linux torch pulls ~4 GB of CUDA packages.  See docs/fate.md.
+FATE_EXTRA = ["pyfate==2.2.0", "pandas==2.2.3", "setuptools<81", "torch==2.13.0"]
+FATE_ENTRY_POINTS = {"fate.ext.component_desc": [
+    f"{name} = unifl.fate.components:{name}" for name in
+    ("unifl_coordinated_lr", "unifl_coordinated_linr", "unifl_hetero_secureboost")]}
+# ------------------------------------------------------------------------------------------------
+
 setup(
     name="unifl",
     version="0.1.0",
@@ -52,7 +61,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "gmpy2>=2.1", "pyyaml>=6", "pydantic>=2", "rich>=13",
                       "typer>=0.9", "tqdm>=4"],
-    extras_require={"test": ["pytest", "hypothesis", "phe"]},
+    extras_require={"test": ["pytest", "hypothesis", "phe"], "fate": FATE_EXTRA},
     ext_modules=ext_modules,
-    entry_points={"console_scripts": ["unifl=unifl.cli:main"]},
+    entry_points={"console_scripts": ["unifl=unifl.cli:main"], **FATE_ENTRY_POINTS},
 )
