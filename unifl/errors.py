@@ -37,3 +37,11 @@ class SerializationError(UniflError, ValueError):
 
 class ConfigError(UniflError, ValueError):
     """A configuration file or value is invalid; the message names the field."""
+
+
+class TransportError(UniflError, RuntimeError):
+    """A message could not be delivered or received (peer closed, malformed or out-of-order frame)."""
+
+
+class PeerTimeout(TransportError, TimeoutError):
+    """Nothing arrived from a peer within the receive timeout; the message names the peer and tag."""

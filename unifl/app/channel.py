@@ -1,0 +1,170 @@
+"""Message passing between parties: the byte-level ``Transport`` contract, an in-process
+``LocalTransport`` (threads in one process, for tests and benchmarks) and the object-level ``Channel``.
+
+``Channel`` encodes Python objects with :mod:`unifl.app.codec` (no pickle) and keeps a registry of
+Paillier public keys by fingerprint -- every key it sends or receives, plus keys registered by the
+party -- so an encrypted array that arrives is decoded under the key its frame names; a ciphertext
+under any other key is rejected with :class:`~unifl.errors.KeyMismatchError`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import PeerTimeout, TransportError
+from ..phe_sdk import paillier
+from . import codec
+
+ROLES = ("guest", "host", "arbiter")
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Bytes between named roles.  Messages of one (src, dst) pair with the same tag arrive in
+    send order.  ``recv`` raises :class:`PeerTimeout` when nothing arrives within ``timeout``."""
+
+    role: str
+    stats: dict
+
+    def send(self, dst: str, tag: str, data: bytes) -> None: ...
+
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class LocalHub:
+    """The shared mailbox of a set of ``LocalTransport`` s: one FIFO per (src, dst, tag)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._boxes: dict[tuple[str, str, str], deque] = {}
+        self._closed: set[str] = set()
+
+    def put(self, src: str, dst: str, tag: str, data: bytes) -> None:
+        with self._cond:
+            if dst in self._closed:
+                raise TransportError(f"{src} -> {dst} [{tag}]: {dst} has closed its transport")
+            self._boxes.setdefault((src, dst, tag), deque()).append(bytes(data))
+            self._cond.notify_all()
+
+    def get(self, src: str, dst: str, tag: str, timeout: float | None) -> bytes:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        key = (src, dst, tag)
+        with self._cond:
+            while True:
+                box = self._boxes.get(key)
+                if box:
+                    data = box.popleft()
+                    if not box:
+                        del self._boxes[key]
+                    return data
+                if src in self._closed:
+                    raise TransportError(f"{dst} waiting for [{tag}] from {src}: {src} has closed "
+                                         "its transport (party stopped)")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise PeerTimeout(f"{dst}: no message [{tag}] from {src} within {timeout:g} s")
+                self._cond.wait(left)
+
+    def close(self, role: str) -> None:
+        with self._cond:
+            self._closed.add(role)
+            self._cond.notify_all()
+
+
+class LocalTransport:
+    """``Transport`` between threads of one process (tests, single-machine benchmarks)."""
+
+    def __init__(self, role: str, hub: LocalHub) -> None:
+        self.role = role
+        self.hub = hub
+        self.stats = {"bytes_sent": 0, "bytes_received": 0, "seconds_waiting": 0.0}
+        self._lock = threading.Lock()
+
+    def send(self, dst: str, tag: str, data: bytes) -> None:
+        self.hub.put(self.role, dst, tag, data)
+        with self._lock:
+            self.stats["bytes_sent"] += len(data)
+
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> bytes:
+        t0 = time.perf_counter()
+        try:
+            data = self.hub.get(src, self.role, tag, timeout)
+        finally:
+            with self._lock:
+                self.stats["seconds_waiting"] += time.perf_counter() - t0
+        with self._lock:
+            self.stats["bytes_received"] += len(data)
+        return data
+
+    def close(self) -> None:
+        self.hub.close(self.role)
+
+
+def local_transports(roles=("guest", "host")) -> dict[str, LocalTransport]:
+    """Connected LocalTransports, one per role."""
+    hub = LocalHub()
+    return {r: LocalTransport(r, hub) for r in roles}
+
+
+class Channel:
+    """Objects between parties over a ``Transport`` (see the module docstring)."""
+
+    def __init__(self, transport: Transport, default_timeout: float = 120.0,
+                 backend=None) -> None:
+        self.transport = transport
+        self.role: str = transport.role
+        self.default_timeout = default_timeout
+        #: backend decoded encrypted arrays compute on (a party sets its own)
+        self.backend = backend
+        self._keys: dict[bytes, paillier.PublicKey] = {}
+        self._lock = threading.Lock()
+        self.codec_seconds = 0.0
+
+    # ---- key registry
+    def register_key(self, key: paillier.PublicKey) -> None:
+        """Accept ciphertexts under ``key`` from now on."""
+        with self._lock:
+            self._keys[codec.fingerprint16(key)] = key
+
+    def known_key(self, fp: bytes) -> paillier.PublicKey | None:
+        with self._lock:
+            return self._keys.get(bytes(fp))
+
+    # ---- objects
+    def send(self, dst: str, tag: str, obj: Any) -> None:
+        t0 = time.perf_counter()
+        self._register_keys_in(obj)
+        data = codec.encode(obj)
+        self.codec_seconds += time.perf_counter() - t0
+        self.transport.send(dst, tag, data)
+
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> Any:
+        data = self.transport.recv(src, tag, self.default_timeout if timeout is None else timeout)
+        t0 = time.perf_counter()
+        try:
+            return codec.decode(data, self.known_key, on_key=self.register_key,
+                                backend=self.backend)
+        finally:
+            self.codec_seconds += time.perf_counter() - t0
+
+    def _register_keys_in(self, obj: Any) -> None:
+        if isinstance(obj, paillier.PublicKey):
+            self.register_key(obj)
+        elif isinstance(obj, (list, tuple)):
+            for x in obj:
+                self._register_keys_in(x)
+        elif isinstance(obj, dict):
+            for x in obj.values():
+                self._register_keys_in(x)
+
+    @property
+    def stats(self) -> dict:
+        return {**self.transport.stats, "codec_seconds": self.codec_seconds}
+
+    def close(self) -> None:
+        self.transport.close()

@@ -1,0 +1,268 @@
+"""Typed, versioned, pickle-free binary encoding of the objects parties exchange.
+
+A message is ``MAGIC (4 bytes "UFLM") | version u8 | value``; a value is a one-byte type tag followed
+by its body (all integers little-endian, lengths u32 unless said otherwise):
+
+====  ======================  ==========================================================
+tag   type                    body
+====  ======================  ==========================================================
+N     None                    --
+T/F   bool                    --
+I     int (any size)          sign u8 (0 or 1), length, magnitude bytes
+D     float                   IEEE-754 binary64
+S     str                     length, UTF-8 bytes
+B     bytes                   length, bytes
+L/U   list / tuple            count, values
+M     dict (str keys)         count, (S-body key, value) pairs
+A     numpy numeric array     dtype code u8 (see ``_DTYPES``), ndim u8, shape ndim × u64, raw data
+P     paillier.PublicKey      length, key JSON (``unifl.phe_sdk.serialize``)
+R     rsa.PublicKey           length, key JSON
+E     EncryptedArray          length, ciphertext frame (``serialize.array_to_bytes``)
+====  ======================  ==========================================================
+
+Decoding never executes anything: it accepts exactly these types, checks every length against the
+bytes that remain, limits nesting depth, and raises :class:`~unifl.errors.SerializationError` for
+malformed, truncated, trailing or unknown-type input.  An encrypted array is decoded with the public
+key whose fingerprint its frame names, looked up among the keys the caller has registered (keys sent
+or received earlier); an unknown fingerprint raises :class:`~unifl.errors.KeyMismatchError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import KeyMismatchError, SerializationError
+from ..phe_sdk import paillier, rsa, serialize
+from ..phe_sdk.array import EncryptedArray
+
+MAGIC = b"UFLM"
+VERSION = 1
+MAX_DEPTH = 32
+
+# dtype code <-> little-endian numpy dtype; only plain numeric types (no object, no strings)
+_DTYPES = {1: "<i1", 2: "<i2", 3: "<i4", 4: "<i8", 5: "<u1", 6: "<u2", 7: "<u4", 8: "<u8",
+           9: "<f4", 10: "<f8", 11: "|b1"}
+_DTYPE_CODES = {np.dtype(v).str: k for k, v in _DTYPES.items()}
+_U32 = struct.Struct("<I")
+_F64 = struct.Struct("<d")
+
+KeyLookup = Callable[[bytes], "paillier.PublicKey | None"]
+
+
+def fingerprint16(key: paillier.PublicKey) -> bytes:
+    """The 16-byte key fingerprint a ciphertext frame carries."""
+    return bytes.fromhex(key.fingerprint)[:16]
+
+
+# ------------------------------------------------------------------ encoding
+def encode(obj: Any) -> bytes:
+    """``obj`` as one versioned message; raises TypeError for a type the codec does not carry."""
+    out = bytearray(MAGIC)
+    out.append(VERSION)
+    _enc(obj, out, 0)
+    return bytes(out)
+
+
+def _put_len(out: bytearray, n: int) -> None:
+    if n > 0xFFFFFFFF:
+        raise SerializationError("value too large for one message")
+    out += _U32.pack(n)
+
+
+def _enc(obj: Any, out: bytearray, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise SerializationError(f"message nests deeper than {MAX_DEPTH} levels")
+    if obj is None:
+        out += b"N"
+    elif isinstance(obj, (bool, np.bool_)):
+        out += b"T" if obj else b"F"
+    elif isinstance(obj, (int, np.integer)):
+        v = int(obj)
+        mag = abs(v).to_bytes(max(1, (abs(v).bit_length() + 7) // 8), "little")
+        out += b"I"
+        out.append(1 if v < 0 else 0)
+        _put_len(out, len(mag))
+        out += mag
+    elif isinstance(obj, (float, np.floating)):
+        out += b"D" + _F64.pack(float(obj))
+    elif isinstance(obj, str):
+        data = obj.encode("utf-8")
+        out += b"S"
+        _put_len(out, len(data))
+        out += data
+    elif isinstance(obj, (bytes, bytearray, memoryview)):
+        data = bytes(obj)
+        out += b"B"
+        _put_len(out, len(data))
+        out += data
+    elif isinstance(obj, (list, tuple)):
+        out += b"L" if isinstance(obj, list) else b"U"
+        _put_len(out, len(obj))
+        for item in obj:
+            _enc(item, out, depth + 1)
+    elif isinstance(obj, dict):
+        out += b"M"
+        _put_len(out, len(obj))
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"dict keys must be str, got {type(k).__name__}")
+            data = k.encode("utf-8")
+            _put_len(out, len(data))
+            out += data
+            _enc(v, out, depth + 1)
+    elif isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        code = _DTYPE_CODES.get(arr.dtype.newbyteorder("<").str if arr.dtype.byteorder == ">"
+                                else arr.dtype.str)
+        if code is None:
+            raise TypeError(f"numpy dtype {arr.dtype} is not carried (numeric dtypes only)")
+        arr = arr.astype(_DTYPES[code], copy=False)
+        out += b"A"
+        out.append(code)
+        out.append(arr.ndim)
+        out += struct.pack(f"<{arr.ndim}Q", *arr.shape)
+        out += arr.tobytes()
+    elif isinstance(obj, paillier.PublicKey):
+        data = serialize.key_to_json(obj).encode()
+        out += b"P"
+        _put_len(out, len(data))
+        out += data
+    elif isinstance(obj, rsa.PublicKey):
+        data = serialize.key_to_json(obj).encode()
+        out += b"R"
+        _put_len(out, len(data))
+        out += data
+    elif isinstance(obj, EncryptedArray):
+        data = serialize.array_to_bytes(obj)
+        out += b"E"
+        _put_len(out, len(data))
+        out += data
+    elif isinstance(obj, (paillier.PrivateKey, rsa.PrivateKey)):
+        raise TypeError("private keys are never sent")
+    else:
+        raise TypeError(f"the codec does not carry {type(obj).__name__}")
+
+
+# ------------------------------------------------------------------ decoding
+class _Reader:
+    def __init__(self, data: bytes, keys: KeyLookup | None, on_key, backend) -> None:
+        self.data = data
+        self.pos = 0
+        self.keys = keys
+        self.on_key = on_key
+        self.backend = backend
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise SerializationError(f"message truncated: needs {n} bytes at offset {self.pos}, "
+                                     f"{len(self.data) - self.pos} left")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def length(self) -> int:
+        return _U32.unpack(self.take(4))[0]
+
+    def value(self, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise SerializationError(f"message nests deeper than {MAX_DEPTH} levels")
+        tag = self.take(1)
+        if tag == b"N":
+            return None
+        if tag == b"T":
+            return True
+        if tag == b"F":
+            return False
+        if tag == b"I":
+            sign = self.take(1)[0]
+            if sign > 1:
+                raise SerializationError("integer sign byte must be 0 or 1")
+            v = int.from_bytes(self.take(self.length()), "little")
+            return -v if sign else v
+        if tag == b"D":
+            return _F64.unpack(self.take(8))[0]
+        if tag == b"S":
+            try:
+                return self.take(self.length()).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SerializationError(f"string is not UTF-8: {exc}") from exc
+        if tag == b"B":
+            return bytes(self.take(self.length()))
+        if tag in (b"L", b"U"):
+            count = self.length()
+            if count > len(self.data) - self.pos:  # every item takes >= 1 byte
+                raise SerializationError("message truncated: list count exceeds the bytes left")
+            items = [self.value(depth + 1) for _ in range(count)]
+            return items if tag == b"L" else tuple(items)
+        if tag == b"M":
+            count = self.length()
+            if count > len(self.data) - self.pos:
+                raise SerializationError("message truncated: dict count exceeds the bytes left")
+            out = {}
+            for _ in range(count):
+                try:
+                    key = self.take(self.length()).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise SerializationError(f"dict key is not UTF-8: {exc}") from exc
+                out[key] = self.value(depth + 1)
+            return out
+        if tag == b"A":
+            code = self.take(1)[0]
+            if code not in _DTYPES:
+                raise SerializationError(f"unknown array dtype code {code}")
+            dtype = np.dtype(_DTYPES[code])
+            ndim = self.take(1)[0]
+            shape = struct.unpack(f"<{ndim}Q", self.take(8 * ndim))
+            count = 1
+            for s in shape:
+                count *= s
+            nbytes = count * dtype.itemsize
+            if nbytes > len(self.data) - self.pos:
+                raise SerializationError(f"message truncated: array {shape} needs {nbytes} bytes")
+            arr = np.frombuffer(self.take(nbytes), dtype=dtype).reshape(shape)
+            return arr.astype(dtype.newbyteorder("="), copy=True)
+        if tag in (b"P", b"R"):
+            key = serialize.key_from_json(self.take(self.length()))
+            want = paillier.PublicKey if tag == b"P" else rsa.PublicKey
+            if not isinstance(key, want):
+                raise SerializationError(f"tag {tag.decode()} holds a {type(key).__name__}")
+            if self.on_key is not None and isinstance(key, paillier.PublicKey):
+                self.on_key(key)
+            return key
+        if tag == b"E":
+            frame = self.take(self.length())
+            if len(frame) < 24:
+                raise SerializationError("ciphertext frame truncated")
+            fp = bytes(frame[8:24])
+            key = self.keys(fp) if self.keys is not None else None
+            if key is None:
+                raise KeyMismatchError("ciphertext under a public key this party has not seen "
+                                       f"(fingerprint {fp.hex()})")
+            return serialize.array_from_bytes(frame, key, self.backend)
+        raise SerializationError(f"unknown type tag {tag!r} at offset {self.pos - 1}")
+
+
+def decode(data: bytes, keys: KeyLookup | None = None, *, on_key=None, backend=None) -> Any:
+    """Parse a message made by :func:`encode`.
+
+    Args:
+        keys: fingerprint (16 bytes) -> Paillier public key, or None when unknown.
+        on_key: called with every Paillier public key found in the message (before later values
+            are decoded, so a key and arrays under it can travel together).
+        backend: backend the decoded encrypted arrays compute on.
+    """
+    data = bytes(data)
+    if len(data) < 5 or data[:4] != MAGIC:
+        raise SerializationError("not a UniFL message (bad magic or too short)")
+    if data[4] != VERSION:
+        raise SerializationError(f"message version {data[4]} is not supported (this UniFL speaks "
+                                 f"version {VERSION})")
+    reader = _Reader(data, keys, on_key, backend)
+    reader.pos = 5
+    obj = reader.value(0)
+    if reader.pos != len(data):
+        raise SerializationError(f"{len(data) - reader.pos} trailing bytes after the message")
+    return obj

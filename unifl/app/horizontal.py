@@ -1,0 +1,139 @@
+"""Horizontal (homo) logistic regression: FedAvg with an aggregator summing encrypted weights
+(FLASH appendix A.1).
+
+Clients guest and host hold rows of the same 30 features (breast_homo_{guest,host}); the arbiter
+is the aggregator.  The guest generates a Paillier key pair and gives it to the other client (the
+private key travels guest -> host only, as a key JSON string inside the transport's TLS; the
+aggregator receives the public key alone and never sees a model in clear).  Each round r:
+
+1. client k trains locally from the global w (mini-batch SGD on the exact logistic loss, batches
+   seeded by (seed, k, r)) and sends [[n_k · w_k]] (O1) and its row count n_k;
+2. the aggregator sums the ciphertexts (O3) and returns [[Σ n_k w_k]] and Σ n_k;
+3. each client decrypts (O2): w = Σ n_k w_k / Σ n_k.
+
+The guest reports the AUC on breast_homo_test.  The result equals
+:func:`unifl.app.reference.horizontal_reference` up to the fixed-point resolution (2^-40 here).
+The FATE files are already standardised, so the clients use the features as they are (a shared
+standardisation would itself need a secure aggregation of means and variances).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, KeyMismatchError, TransportError
+from ..phe_sdk import EncryptedArray, paillier, serialize
+from .channel import Channel
+from .data import PartyData, load_party
+from .metrics import roc_auc, sigmoid
+from .reference import local_sgd
+from .timing import Timings, progress_bar
+
+SCALE_BITS = 40
+CLIENT_INDEX = {"guest": 0, "host": 1}
+
+
+@dataclass
+class HorizontalParams:
+    rounds: int = 5
+    local_epochs: int = 1
+    batch_size: int = 32
+    learning_rate: float = 0.1
+    l2: float = 0.0
+
+    @classmethod
+    def from_job(cls, params: dict) -> "HorizontalParams":
+        params = dict(params)
+        if "epochs" in params:  # the common name in job files
+            params.setdefault("rounds", params.pop("epochs"))
+        bad = set(params) - set(cls.__dataclass_fields__)
+        if bad:
+            raise ConfigError(f"job params: unknown field(s) {sorted(bad)} for hlr (allowed: "
+                              f"{sorted(cls.__dataclass_fields__)} or epochs)")
+        p = cls(**params)
+        if p.rounds < 0 or p.local_epochs < 1 or p.learning_rate <= 0 or p.l2 < 0:
+            raise ConfigError("job params: rounds >= 0, local_epochs >= 1, learning_rate > 0, "
+                              "l2 >= 0 are required")
+        return p
+
+
+def client_matrix(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
+    """Features with an intercept column, and labels."""
+    return np.hstack([data.X, np.ones((len(data.ids), 1))]), data.y
+
+
+def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) -> dict:
+    X, y = client_matrix(load_party(job["dataset"], role, data_dir, kind="homo"))
+    other = "host" if role == "guest" else "guest"
+    if role == "guest":
+        with t.subtask("HFL: Paillier key generation", "keygen"):
+            with t.crypto():
+                pk, sk = paillier.keygen(job["key_bits"])
+        channel.send("arbiter", "hfl/pk", pk)
+        channel.send(other, "hfl/pk", pk)
+        channel.send(other, "hfl/sk", serialize.key_to_json(sk))  # client to client only
+    else:
+        pk = channel.recv("guest", "hfl/pk")
+        sk = serialize.key_from_json(channel.recv("guest", "hfl/sk"))
+        if not isinstance(sk, paillier.PrivateKey) or sk.public_key != pk:
+            raise KeyMismatchError("hlr: the shared private key does not match the public key")
+    w = np.zeros(X.shape[1])
+    k = CLIENT_INDEX[role]
+    with progress_bar(p.rounds, f"{role} hlr", progress) as advance:
+        for r in range(p.rounds):
+            with t.subtask("HFL: local training", "plaintext"):
+                wk = local_sgd(X, y, w, local_epochs=p.local_epochs, batch_size=p.batch_size,
+                               learning_rate=p.learning_rate, l2=p.l2, seed=job["seed"], round_=r,
+                               client=k)
+            with t.subtask("HFL: encrypt model", "O1 enc"):
+                with t.crypto():
+                    enc = EncryptedArray.encrypt(pk, len(y) * wk, scale_bits=SCALE_BITS,
+                                                 backend=be, private_key=sk)
+            channel.send("arbiter", f"hfl/r{r}/model", {"n": len(y), "w": enc})
+            agg = channel.recv("arbiter", f"hfl/r{r}/aggregate")
+            with t.subtask("HFL: decrypt aggregate", "O2 dec"):
+                with t.crypto():
+                    total = agg["w"].decrypt(sk)
+            w = total / int(agg["n"])
+            advance(1)
+    out = {"model": {"weights": w.tolist()}, "metrics": {"train_rows": int(len(y))}}
+    if role == "guest":
+        Xt, yt = client_matrix(load_party(job["dataset"], "test", data_dir, kind="homo"))
+        with t.subtask("HFL: evaluate (guest)", "plaintext"):
+            out["metrics"]["auc"] = roc_auc(yt, sigmoid(Xt @ w))
+        out["metrics"]["test_rows"] = int(len(yt))
+    return out
+
+
+def _aggregator(job, p, channel: Channel, be, t: Timings) -> dict:
+    pk = channel.recv("guest", "hfl/pk")
+    for r in range(p.rounds):
+        parts = [channel.recv(c, f"hfl/r{r}/model") for c in ("guest", "host")]
+        for part in parts:
+            if not isinstance(part.get("w"), EncryptedArray) or part["w"].public_key != pk:
+                raise TransportError("aggregator: a client's model is not under the shared key")
+        with t.subtask("HFL: aggregate encrypted models", "O3 add"):
+            with t.crypto():
+                total = parts[0]["w"] + parts[1]["w"]
+        msg = {"n": int(parts[0]["n"]) + int(parts[1]["n"]), "w": total}
+        for c in ("guest", "host"):
+            channel.send(c, f"hfl/r{r}/aggregate", msg)
+    return {"model": {}, "metrics": {}}
+
+
+def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None = None,
+        progress: bool = True) -> dict:
+    """Job entry point "hlr" (parties guest, host, arbiter)."""
+    if "arbiter" not in job["parties"]:
+        raise ConfigError("hlr needs parties [guest, host, arbiter] (the arbiter aggregates)")
+    if job["dataset"] != "breast" and "/" not in str(job["dataset"]):
+        raise ConfigError("hlr has horizontal data for 'breast' only (breast_homo_*)")
+    p = HorizontalParams.from_job(job["params"])
+    t = Timings()
+    if role == "arbiter":
+        out = _aggregator(job, p, channel, backend, t)
+    else:
+        out = _client(role, job, p, channel, backend, t, data_dir, progress)
+    return {"role": role, **out, "timings": t.rows()}

@@ -1,0 +1,57 @@
+"""Per-sub-task timing of a federated job, in the shape of FLASH Table 1: each sub-task names the
+cryptographic operations (O1–O9) it runs, its wall time and the part of it spent inside SDK calls."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterator
+
+
+class Timings:
+    """Wall and crypto seconds per named sub-task (sub-tasks may be entered many times)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict] = {}
+        self._current: list[str] = []
+
+    @contextlib.contextmanager
+    def subtask(self, name: str, crypto_ops: str) -> Iterator[None]:
+        row = self._rows.setdefault(name, {"subtask": name, "crypto_ops": crypto_ops,
+                                           "seconds": 0.0, "crypto_seconds": 0.0})
+        self._current.append(name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            row["seconds"] += time.perf_counter() - t0
+            self._current.pop()
+
+    @contextlib.contextmanager
+    def crypto(self) -> Iterator[None]:
+        """Time an SDK call; counted in the innermost open sub-task."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._current:
+                self._rows[self._current[-1]]["crypto_seconds"] += time.perf_counter() - t0
+
+    def rows(self) -> list[dict]:
+        return [dict(r) for r in self._rows.values()]
+
+
+def progress_bar(total: int, description: str, enabled: bool):
+    """A rich progress bar context yielding an ``advance()`` callable (no-op when disabled)."""
+    if not enabled:
+        return contextlib.nullcontext(lambda n=1: None)
+    return _rich_bar(total, description)
+
+
+@contextlib.contextmanager
+def _rich_bar(total: int, description: str):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+                  "{task.total}"), TimeElapsedColumn(), transient=False) as prog:
+        task = prog.add_task(description, total=total)
+        yield lambda n=1: prog.advance(task, n)
