@@ -205,3 +205,23 @@ def test_he_param_accepts_unifl():
     from fate.components.core.params import he_param
     assert he_param()(kind="unifl", key_length=1024).kind == "unifl"
     assert he_param()(kind="paillier", key_length=1024).kind == "paillier"
+
+
+def test_components_are_fate_builtins_under_unifl_names():
+    """The entry-point components (setup.py) are FATE's built-ins renamed, same stages."""
+    import re
+
+    from fate.components.components import coordinated_lr, hetero_secureboost
+
+    from unifl.fate import components
+    setup_py = open(__import__("os").path.join(__import__("os").path.dirname(__file__), "..",
+                                               "setup.py")).read()
+    names = re.findall(r'"(unifl_[a-z_]+)"', setup_py)
+    assert set(names) == {"unifl_coordinated_lr", "unifl_coordinated_linr",
+                          "unifl_hetero_secureboost"}
+    for name in names:
+        assert getattr(components, name).name == name
+    assert components.unifl_coordinated_lr.callback is coordinated_lr.coordinated_lr.callback
+    assert [s.name for s in components.unifl_hetero_secureboost.stage_components] == \
+        [s.name for s in hetero_secureboost.hetero_secureboost.stage_components]
+    assert coordinated_lr.coordinated_lr.name == "coordinated_lr"   # the built-in is untouched
