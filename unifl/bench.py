@@ -20,7 +20,6 @@ warm-up call; the JSON keeps (min, max) and the inter-quartile range.  Rows comp
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys

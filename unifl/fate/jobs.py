@@ -110,11 +110,8 @@ def party_main(ctx) -> None:
     role = ctx.local.role
     opts = _phe_options(args, role)
     key_owner = {"lr": "arbiter", "sbt": "guest"}[args.algo]
-    if role == key_owner:
+    if role == key_owner:   # FATE's modules build their kit from the context's PHE mapping
         ctx.cipher.set_phe(ctx.device, opts)
-    if args.algo == "sbt" and role == "guest":
-        # FATE's SecureBoost guest builds its kit from the context's mapping
-        pass
     result = (_run_lr if args.algo == "lr" else _run_sbt)(ctx, args, role)
     if result is not None and args.out:
         result.update(algo=args.algo, kind=args.kind, key_length=args.key_length,
