@@ -21,8 +21,9 @@ import time
 
 import unifl.fate  # noqa: F401  (registers kind "unifl" in every spawned party process)
 
-DATA = os.environ.get("UNIFL_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "..",
-                                                 "shared", "data"))
+#: FATE's example CSVs: $UNIFL_DATA, else the copies shipped with unifl.app
+DATA = os.environ.get("UNIFL_DATA", os.path.join(os.path.dirname(os.path.dirname(__file__)), "app",
+                                                 "data"))
 
 
 def _job_args():
