@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 
-.PHONY: demo test test-full bench build devices clean
+.PHONY: demo test test-full test-fate bench build devices clean
 
 demo: build
 	$(BIN)/unifl demo
@@ -16,6 +16,24 @@ test: build
 
 test-full: build
 	UNIFL_FULL=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider
+
+# ---- FATE plugin (issue 7): FATE lives in its own venv (pyfate pins pydantic 1, we use 2) -------
+# torch==2.13.0 first: where a CPU wheel is on pip's find-links (or PyTorch's CPU index is set) it
+# is taken instead of PyPI's CUDA build.  unifl itself comes from the tree (PYTHONPATH), not pip.
+FATE_VENV  ?= .venv-fate
+FATE_STAMP := $(FATE_VENV)/.fate-installed
+FATE_PINS  := pyfate==2.2.0 pandas==2.2.3 "setuptools<81" torch==2.13.0 gmpy2==2.3.2 PyYAML==6.0.3 \
+              tqdm==4.70.1 rich==13.7.1 pytest==9.0.3 phe==1.5.0 matplotlib==3.10.7
+
+$(FATE_STAMP):
+	$(PYTHON) -m venv $(FATE_VENV)
+	$(FATE_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(FATE_VENV)/bin/python -m pip install -q $(FATE_PINS)
+	touch $(FATE_STAMP)
+
+test-fate: build $(FATE_STAMP)
+	PYTHONPATH=$(CURDIR) $(FATE_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_fate_kit.py tests/test_fate_launcher.py
+# ------------------------------------------------------------------------------------------------
 
 bench: build
 	$(BIN)/unifl bench

@@ -187,6 +187,12 @@ if os.environ.get("UNIFL_NO_NATIVE") != "1":
                             "-Wno-unused-parameter"],
         extra_link_args=_libcrypto_link_args() + ["-lpthread"],
     ))
+# ---- FATE plugin (issue 7): FATE's component entry point.  No [fate] extra: pyfate 2.2.0 pins
+# pydantic 1 while unifl.configs needs pydantic 2, so pip cannot resolve both in one environment.
+# FATE runs in its own venv with unifl from the source tree (`make test-fate`, docs/fate.md).
+FATE_ENTRY_POINTS = {"fate.ext.component_desc": [
+    f"{name} = unifl.fate.components:{name}" for name in
+    ("unifl_coordinated_lr", "unifl_coordinated_linr", "unifl_hetero_secureboost")]}
 # ------------------------------------------------------------------------------------------------
 
 setup(
@@ -202,5 +208,5 @@ setup(
     extras_require={"test": ["pytest", "hypothesis", "phe"], **GPU_EXTRAS},
     cmdclass=GPU_CMDCLASS,
     ext_modules=ext_modules,
-    entry_points={"console_scripts": ["unifl=unifl.cli:main"]},
+    entry_points={"console_scripts": ["unifl=unifl.cli:main"], **FATE_ENTRY_POINTS},
 )

@@ -78,49 +78,63 @@ def check(key_bits: int = typer.Option(2048, help="Paillier key size"),
 
 
 @app.command()
-def bench(suite: List[str] = typer.Option(["table2", "ops"], help="table2 | ops (repeatable)"),
+def bench(suite: List[str] = typer.Option(["table2", "ops"],
+                                          help="table2 | ops | peers | e2e (repeatable)"),
           backend: Optional[List[str]] = typer.Option(None, help="backends (default: available)"),
-          quick: bool = typer.Option(False, help="small batches, for a smoke run"),
+          quick: bool = typer.Option(False, help="tiny batches, for a smoke run"),
           min_time: float = typer.Option(0.3, help="seconds per timed repetition"),
-          repeats: int = typer.Option(3),
+          repeats: int = typer.Option(3, help="timed repetitions (median and spread)"),
           out: Path = typer.Option(Path("bench/results"), help="folder for JSON and PNG")) -> None:
-    """Benchmark the backends beside gmpy2 and python-paillier measured in the same run."""
-    from rich.progress import Progress
+    """Benchmark the backends against baselines measured in the same run (see unifl/bench.py)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from . import bench as B
     from .backends import registry
+    known = ("table2", "ops", "peers", "e2e")
+    bad = [s for s in suite if s not in known]
+    if bad:
+        raise typer.BadParameter(f"unknown suite(s) {bad}; choose from {', '.join(known)}")
     names = backend or [n for n in registry.available()]
-    rows_out = []
-    with Progress(console=console, transient=True) as prog:
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as prog:
         task = prog.add_task("benchmarking", total=None)
+        count = [0]
 
         def progress(row):
-            rows_out.append(row)
-            prog.update(task, description=f"{row.op} {row.bits} on {row.impl}")
+            count[0] += 1
+            prog.update(task, description=f"[{row.suite}] {count[0]} rows; last: {row.op} "
+                                          f"{row.bits} on {row.impl}")
         bench_ = B.Bench(names, min_time=min_time, repeats=repeats, quick=quick, progress=progress)
-        if "table2" in suite:
-            bench_.table2()
-        if "ops" in suite:
-            bench_.paillier_ops()
-    table = Table(title="UniFL benchmark (ops/s, median; ratios against baselines run in this process)")
-    for col in ("suite", "op", "bits", "impl", "ops/s", "vs baseline", "vs best peer (quoted)"):
+        for s in known:
+            if s in suite:
+                prog.update(task, description=f"[{s}] starting")
+                getattr(bench_, s)()
+    table = Table(title="UniFL benchmark (median of repetitions; ratios within this run)")
+    for col in ("suite", "op", "bits", "impl", "ops/s or s", "spread (min-max)", "vs baseline",
+                "source"):
         table.add_column(col)
     for r in bench_.rows:
-        impl = r.impl + (f" [{r.stand_in}]" if r.stand_in else "")
+        impl = r.impl + (f" [stand-in: {r.stand_in}]" if r.stand_in else "")
         ratio = f"{r.ratio:.2f}x {r.baseline}" if r.ratio else "-"
-        peer = r.extra.get("vs_best_peer_quoted")
-        table.add_row(r.suite, r.op, str(r.bits), impl, f"{r.ops_per_s:,.0f}", ratio,
-                      f"{peer:.2f}x" if peer else "-")
+        if r.seconds is not None:
+            val, spread = f"{r.seconds:.2f} s", f"{r.spread[0]:.2f}-{r.spread[1]:.2f} s"
+        else:
+            val, spread = f"{r.ops_per_s:,.0f}/s", f"{r.spread[0]:,.0f}-{r.spread[1]:,.0f}"
+        table.add_row(r.suite, r.op, str(r.bits), impl, val, spread, ratio, r.source)
     console.print(table)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     data = bench_.to_json()
     (out / f"bench-{stamp}.json").write_text(json.dumps(data, indent=1))
+    written = [f"bench-{stamp}.json"]
     try:
-        B.plot(data["rows"], str(out / f"bench-{stamp}.png"))
-        console.print(f"wrote {out}/bench-{stamp}.json and .png")
+        for s in known:
+            if s in suite:
+                B.plot(data["rows"], str(out / f"bench-{stamp}-{s}.png"), suite=s)
+                written.append(f"bench-{stamp}-{s}.png")
     except ImportError:
-        console.print(f"wrote {out}/bench-{stamp}.json (install matplotlib for the plot)")
+        console.print("install matplotlib for the plots")
+    console.print(f"wrote {', '.join(str(out / w) for w in written)}")
 
 
 # ---- parties ---------------------------------------------------------------------------------
