@@ -19,6 +19,7 @@ per slot, so the upload of chunk k+1 overlaps the kernel of chunk k and the down
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -129,6 +130,10 @@ class ClRuntime:
             raise BackendUnavailable(f"cannot open OpenCL device {self.device.name!r}: {exc}"
                                      ) from exc
         self.slots = [_Slot(cl.CommandQueue(self.ctx)) for _ in range(max(1, int(in_flight)))]
+        # one batch at a time owns the ring: two threads sharing a backend (parties run in threads by
+        # run_local, the scheduler's thread executor) would otherwise overwrite each other's slot
+        # buffers between enqueue and read-back (seen as garbage results, not an error)
+        self._lock = threading.RLock()
         self.binary_path = binary
         self._programs: dict[int, Any] = {}
         self._binary_program = None
@@ -232,6 +237,10 @@ class ClRuntime:
 
     def mont_mul(self, consts, n0: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """out = a·b·R^-1 mod m, chunked through the buffer ring (uploads overlap compute)."""
+        with self._lock:
+            return self._mont_mul(consts, n0, a, b)
+
+    def _mont_mul(self, consts, n0: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         cl = self.cl
         n, limbs = a.shape
         out = np.empty_like(a)
@@ -262,6 +271,11 @@ class ClRuntime:
                  window: int) -> np.ndarray:
         """out = x̄^e (Montgomery form) with the whole exponentiation on the device: one launch
         per chunk instead of ~1.2·ebits MontMult launches."""
+        with self._lock:
+            return self._mont_exp(consts, n0, base, exps, ebits, window)
+
+    def _mont_exp(self, consts, n0: int, base: np.ndarray, exps: np.ndarray, ebits: int,
+                  window: int) -> np.ndarray:
         cl = self.cl
         n, limbs = base.shape
         le = exps.shape[1]
