@@ -305,6 +305,50 @@ Limbs mod_mul(const Modulus &M, Limbs a, Limbs b, int threads) {
     return out;
 }
 
+// Batched modular inverse in the Montgomery domain: out[i] = x_i^-1·R for a[i] = x_i·R.
+// Montgomery's batch-inversion trick per thread share [s, e): prefix products P_i = x_s···x_i
+// (stored in the output rows), ONE BN_mod_inverse of P_(e-1), then walking back
+// out[i] = P_(i-1)·(P_i)^-1 and (P_(i-1))^-1 = (P_i)^-1·x_i: 3 MontMults per element instead of an
+// extended gcd each.  Measured at a 4096-bit modulus (Paillier n² of a 2048-bit key), one thread:
+// gmpy2.invert on the host ~33 µs per element plus two limb conversions, against ~3 × 4.9 µs here.
+// An element sharing a factor with m makes the share's product non-invertible: std::domain_error.
+Limbs mont_inverse(const Modulus &M, Limbs a, int threads) {
+    int L = M.limbs;
+    check2(a, L, "a");
+    size_t n = size_t(a.shape(0));
+    Limbs out = new_out(py::ssize_t(n), L);
+    const u64 *pa = a.data();
+    u64 *po = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        // one extended gcd per share (~ tens of MontMults at these sizes): keep shares >= 64 rows
+        parallel_for(n, threads, std::max<size_t>(64, min_chunk_for(L, 3)), [&](size_t s, size_t e) {
+            Ctx ctx; Bn x, acc, inv, t;
+            load(acc, pa + s * L, L);
+            store(acc, po + s * L, L);
+            for (size_t i = s + 1; i < e; ++i) {           // prefix products, Montgomery form
+                load(x, pa + i * L, L);
+                M.mul(acc, acc, x, ctx);
+                store(acc, po + i * L, L);
+            }
+            // (P·R)  ->  P  ->  P^-1  ->  P^-1·R
+            ok(BN_from_montgomery(t, acc, M.mont, ctx), "from_montgomery");
+            if (!BN_mod_inverse(inv, t, M.m, ctx))
+                throw std::domain_error("mont_inverse: an element is not invertible modulo m");
+            M.mul(inv, inv, M.rr, ctx);
+            for (size_t i = e - 1; i > s; --i) {
+                load(t, po + (i - 1) * L, L);               // P_(i-1)·R
+                M.mul(acc, inv, t, ctx);                    // x_i^-1·R
+                load(x, pa + i * L, L);
+                M.mul(inv, inv, x, ctx);                    // P_(i-1)^-1·R
+                store(acc, po + i * L, L);
+            }
+            store(inv, po + s * L, L);
+        });
+    }
+    return out;
+}
+
 // exps: (N|1, Le).  mont=true: bases and results in Montgomery form.
 Limbs exp_batch(const Modulus &M, Limbs base, Limbs exps, bool mont, int threads) {
     int L = M.limbs;
@@ -640,6 +684,7 @@ PYBIND11_MODULE(_native, mod) {
     mod.def("mont_exp", [](const Modulus &M, Limbs b, Limbs e, int t) { return exp_batch(M, b, e, true, t); });
     mod.def("mont_multi_exp", &multi_exp);
     mod.def("mont_prod_groups", &prod_groups);
+    mod.def("mont_inverse", &mont_inverse);
     py::class_<PaillierPublic, std::shared_ptr<PaillierPublic>>(mod, "PaillierPublic")
         .def(py::init<std::shared_ptr<Modulus>, Limbs>())
         .def("encrypt", &PaillierPublic::encrypt)
