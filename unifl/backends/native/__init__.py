@@ -89,7 +89,7 @@ class NativeBackend(Backend):
         pub = self._pub(pk)
         fb = pk.fixed_base
         if pk.device_state.get("native_fb") is not fb:
-            pub.set_fixed_base(fb.hs_mont, fb.exp_bits, fb.window)
+            pub.set_fixed_base(fb.hs_mont, fb.exp_bits, fb.window, self.threads)
             pk.device_state["native_fb"] = fb
         return pub.encrypt_fixed_base(m, a, self.threads)
 

@@ -556,23 +556,28 @@ struct PaillierPublic {
         return out;
     }
 
-    void set_fixed_base(Limbs hs_mont, int exp_bits, int window) {
+    void set_fixed_base(Limbs hs_mont, int exp_bits, int window, int threads) {
         if (window < 1 || window > 16) throw std::invalid_argument("window must be in [1, 16]");
         w = window;
         nwin = (exp_bits + w - 1) / w;
         size_t per = (size_t(1) << w) - 1;
         std::vector<Bn> t(size_t(nwin) * per);
-        Bn base;
-        load(base, hs_mont.data(), nsq->limbs);
         {
             py::gil_scoped_release nogil;
+            // the window bases hs^(2^(w·j)) by w squarings each (sequential, nwin·w ~ exp_bits
+            // squarings), then the (2^w − 2) multiples of every window on the thread pool
             Ctx ctx;
-            for (int j = 0; j < nwin; ++j) {
-                BN_copy(t[j * per], base);
-                for (size_t d = 1; d < per; ++d) nsq->mul(t[j * per + d], t[j * per + d - 1], base, ctx);
-                // next window's base: base^(2^w)
-                for (int q = 0; q < w; ++q) nsq->mul(base, base, base, ctx);
+            load(t[0], hs_mont.data(), nsq->limbs);
+            for (int j = 1; j < nwin; ++j) {
+                nsq->mul(t[j * per], t[(j - 1) * per], t[(j - 1) * per], ctx);
+                for (int q = 1; q < w; ++q) nsq->mul(t[j * per], t[j * per], t[j * per], ctx);
             }
+            parallel_for(size_t(nwin), threads, 1, [&](size_t s, size_t e) {
+                Ctx c2;
+                for (size_t j = s; j < e; ++j)
+                    for (size_t d = 1; d < per; ++d)
+                        nsq->mul(t[j * per + d], t[j * per + d - 1], t[j * per], c2);
+            });
         }
         tab = std::move(t);
     }
