@@ -204,20 +204,33 @@ class ThreadPool {
     const std::function<void(size_t)> *task_ = nullptr;
 };
 
-// Run f(begin, end) over [0, n) on up to `threads` threads (the calling thread takes one share),
-// shares of at least min_chunk elements.  Exceptions in workers are re-thrown in the caller.
+// Run f(begin, end) over [0, n) on up to `threads` threads (the calling thread is one of them), in
+// chunks of at least min_chunk elements handed out from an atomic counter: about 8 chunks per
+// thread, so a thread whose core is shared with another process (the normal case on this 2-vCPU
+// box) takes fewer chunks instead of finishing last, as it did with one fixed half per thread.
+// Exceptions in workers are re-thrown in the caller.
 template <class F>
 void parallel_for(size_t n, int threads, size_t min_chunk, F f) {
     if (n == 0) return;
+    min_chunk = std::max<size_t>(1, min_chunk);
     size_t t = std::max<size_t>(1, std::min<size_t>(size_t(threads), (n + min_chunk - 1) / min_chunk));
     if (t == 1) { f(size_t(0), n); return; }
     std::exception_ptr err;
     std::mutex mu;
-    size_t step = (n + t - 1) / t;
-    std::function<void(size_t)> share = [&](size_t i) {
-        size_t b = i * step, e = std::min(n, b + step);
-        if (b >= e) return;
-        try { f(b, e); } catch (...) { std::lock_guard<std::mutex> g(mu); if (!err) err = std::current_exception(); }
+    size_t chunk = std::max(min_chunk, (n + 8 * t - 1) / (8 * t));
+    std::atomic<size_t> next{0};
+    std::function<void(size_t)> share = [&](size_t) {
+        try {
+            for (;;) {
+                size_t b = next.fetch_add(chunk);
+                if (b >= n) break;
+                f(b, std::min(n, b + chunk));
+            }
+        } catch (...) {
+            std::lock_guard<std::mutex> g(mu);
+            if (!err) err = std::current_exception();
+            next.store(n);  // the others stop at their next chunk
+        }
     };
     if (!ThreadPool::instance().try_run(t, share)) {
         std::vector<std::thread> pool;
@@ -399,8 +412,10 @@ Limbs mont_inverse(const Modulus &M, Limbs a, int threads) {
     u64 *po = out.mutable_data();
     {
         py::gil_scoped_release nogil;
-        // one extended gcd per share (~ tens of MontMults at these sizes): keep shares >= 64 rows
-        parallel_for(n, threads, std::max<size_t>(64, min_chunk_for(L, 3)), [&](size_t s, size_t e) {
+        // one extended gcd per chunk: one chunk per thread (and >= 64 rows), no finer
+        size_t per_thread = (n + size_t(std::max(threads, 1)) - 1) / size_t(std::max(threads, 1));
+        size_t chunk = std::max({size_t(64), min_chunk_for(L, 3), per_thread});
+        parallel_for(n, threads, chunk, [&](size_t s, size_t e) {
             Ctx ctx; Bn x, acc, inv, t;
             load(acc, pa + s * L, L);
             store(acc, po + s * L, L);
