@@ -131,10 +131,11 @@ def test_mont_inverse(be, cpu, bits):
         inv = mod_op.mont_inverse(be, ctx, x)
         assert np.array_equal(inv, mod_op.mont_inverse(cpu, ctx, x))
         assert from_limbs(base_op.from_mont(cpu, ctx, inv)) == [pow(v, -1, ctx.m) for v in vals]
-    zero = np.zeros((5, ctx.num_limbs), np.uint64)
-    zero[:4] = x[:4]
-    with pytest.raises(OperandError):
-        mod_op.mont_inverse(be, ctx, zero)
+    for rows, at in ((5, 4), (300, 250)):      # 300 rows: the error comes from a worker's share
+        bad = x[:rows].copy()
+        bad[at] = 0
+        with pytest.raises(OperandError):
+            mod_op.mont_inverse(be, ctx, bad)
 
 
 def test_mont_inverse_of_paillier_ciphertexts(be, cpu):
