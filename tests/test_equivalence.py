@@ -120,6 +120,31 @@ def test_mont_exp_multi_exp_prod_groups(be, cpu, bits):
                           mod_op.mont_prod_groups(cpu, ctx, x, groups, 7))
 
 
+@pytest.mark.parametrize("bits", [64, 1000, 2050])
+def test_mont_inverse(be, cpu, bits):
+    import gmpy2
+    from unifl.errors import OperandError
+    ctx = mont_context(int(gmpy2.next_prime(secrets.randbits(bits) | (1 << (bits - 1)))))
+    for n in (1, 2, 300):                       # 300 rows: several thread shares natively
+        vals = ([1, ctx.m - 1, 2] + [secrets.randbelow(ctx.m - 1) + 1 for _ in range(n)])[:n]
+        x = base_op.to_mont(cpu, ctx, ctx.to_limbs(vals))
+        inv = mod_op.mont_inverse(be, ctx, x)
+        assert np.array_equal(inv, mod_op.mont_inverse(cpu, ctx, x))
+        assert from_limbs(base_op.from_mont(cpu, ctx, inv)) == [pow(v, -1, ctx.m) for v in vals]
+    for rows, at in ((5, 4), (300, 250)):      # 300 rows: the error comes from a worker's share
+        bad = x[:rows].copy()
+        bad[at] = 0
+        with pytest.raises(OperandError):
+            mod_op.mont_inverse(be, ctx, bad)
+
+
+def test_mont_inverse_of_paillier_ciphertexts(be, cpu):
+    pk, _ = paillier_keypair(1024)
+    ctx = pk.nsquare_ctx
+    x = base_op.to_mont(cpu, ctx, ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(200)]))
+    assert np.array_equal(mod_op.mont_inverse(be, ctx, x), mod_op.mont_inverse(cpu, ctx, x))
+
+
 @pytest.mark.parametrize("bits", [1024, 2048] + ([3072, 4096] if FULL else []))
 def test_paillier_encrypt_decrypt(be, cpu, bits):
     pk, sk = paillier_keypair(bits)

@@ -30,6 +30,8 @@ OPS: dict[str, str] = {
                       "prod_i base_i^e_ki, Montgomery form",
     "mont_prod_groups": "op_mont_prod_groups(ctx, a_mont (N,L), groups (N,) int64, G) -> (G,L): "
                         "product per group, Montgomery form (R mod m for an empty group)",
+    "mont_inverse": "op_mont_inverse(ctx, a_mont (N,L)) -> (x^-1)·R mod m for a = x·R, "
+                    "Montgomery form in and out; ValueError when some x shares a factor with m",
     # phe_sdk (fused Paillier)
     "paillier_encrypt": "op_paillier_encrypt(pk, m (N,Ln), r (N,Ln)) -> (1+m·n)·r^n mod n², "
                         "Montgomery form mod n²",

@@ -5,14 +5,16 @@ composed here, once, from MontMults on that same backend.
 
 from __future__ import annotations
 
+import gmpy2
 import numpy as np
 
 from ..base_op import MontContext, constant, from_mont, mont_mul, to_mont
-from ..base_op.limbs import limb_count, to_limbs
+from ..base_op.limbs import from_limbs, limb_count, to_limbs
 from ..errors import OperandError
 from . import compose
 
-__all__ = ["mod_mul", "mod_exp", "mont_exp", "mont_multi_exp", "mont_prod_groups", "exp_limbs"]
+__all__ = ["mod_mul", "mod_exp", "mont_exp", "mont_multi_exp", "mont_prod_groups", "mont_inverse",
+           "exp_limbs"]
 
 
 def exp_limbs(exps) -> np.ndarray:
@@ -94,3 +96,33 @@ def mont_prod_groups(backend, ctx: MontContext, a_mont: np.ndarray, groups: np.n
     if backend.implements("mont_prod_groups"):
         return backend.op_mont_prod_groups(ctx, a_mont, groups, int(num_groups))
     return compose.mont_prod_groups(backend, ctx, a_mont, groups, int(num_groups))
+
+
+def mont_inverse(backend, ctx: MontContext, a_mont: np.ndarray) -> np.ndarray:
+    """(x^-1)·R mod m for every row x̄ = x·R mod m: the modular inverse, staying in the Montgomery
+    domain (a Paillier ciphertext's inverse is the encryption of the negated plaintext).
+
+    Composed (no native op): leave the domain with one batched MontMult, one extended gcd per element
+    on the host (gmpy2), re-enter with one batched MontMult.
+
+    Raises:
+        OperandError: some x shares a factor with m (no inverse).
+    """
+    a_mont = np.ascontiguousarray(a_mont, dtype=np.uint64)
+    if a_mont.ndim != 2 or a_mont.shape[1] != ctx.num_limbs:
+        raise OperandError(f"expected shape (N, {ctx.num_limbs}), got {a_mont.shape}")
+    if a_mont.shape[0] == 0:
+        return a_mont.copy()
+    if backend.implements("mont_inverse"):
+        try:
+            return backend.op_mont_inverse(ctx, a_mont)
+        except ValueError as exc:
+            raise OperandError(f"no inverse modulo the {ctx.bits}-bit modulus: {exc}") from None
+    plain = from_limbs(from_mont(backend, ctx, a_mont))
+    m = gmpy2.mpz(ctx.m)
+    try:
+        inv = [int(gmpy2.invert(v, m)) for v in plain]
+    except ZeroDivisionError:
+        raise OperandError(f"no inverse modulo the {ctx.bits}-bit modulus: an element shares a "
+                           "factor with it") from None
+    return to_mont(backend, ctx, to_limbs(inv, ctx.num_limbs))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import gmpy2
 import numpy as np
 
 from .. import base_op, mod_op
@@ -32,11 +31,8 @@ from .paillier import PrivateKey, PublicKey, decrypt_limbs, encrypt_limbs
 
 
 def _mont_inverse(be, ctx, limbs: np.ndarray) -> np.ndarray:
-    """(x^-1)·R mod m for x̄ = x·R: computed on the host (an extended gcd, not a MontMult op)."""
-    plain = from_limbs(base_op.from_mont(be, ctx, limbs))
-    m = gmpy2.mpz(ctx.m)
-    inv = to_limbs([int(gmpy2.invert(v, m)) for v in plain], ctx.num_limbs)
-    return base_op.to_mont(be, ctx, inv)
+    """(x^-1)·R mod m for x̄ = x·R: the ciphertext inverse, E(v)^-1 = E(-v) (mod_op layer)."""
+    return mod_op.mont_inverse(be, ctx, limbs)
 
 
 def _exp_array(ints: list[int]) -> np.ndarray:

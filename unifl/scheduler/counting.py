@@ -108,6 +108,9 @@ class CountingBackend(Backend):
     def op_mont_prod_groups(self, *args):
         return self._run("mont_prod_groups", args)
 
+    def op_mont_inverse(self, *args):
+        return self._run("mont_inverse", args)
+
     def op_paillier_encrypt(self, *args):
         return self._run("paillier_encrypt", args)
 

@@ -134,6 +134,9 @@ class MultiDeviceBackend(Backend):
     def op_mont_exp(self, ctx, base_mont, exps):
         return self._rowwise("mont_exp", ctx, base_mont.shape[0], (base_mont,), exps=exps)
 
+    def op_mont_inverse(self, ctx, a_mont):
+        return self._rowwise("mont_inverse", ctx, a_mont.shape[0], (a_mont,))
+
     def op_paillier_encrypt(self, pk, m, r):
         return self._rowwise("paillier_encrypt", pk, m.shape[0], (m, r))
 

@@ -24,7 +24,7 @@ except ImportError as exc:  # extension not built
 class NativeBackend(Backend):
     name = "native"
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
-                            "mont_prod_groups", "paillier_encrypt", "paillier_encrypt_fixed_base",
+                            "mont_prod_groups", "mont_inverse", "paillier_encrypt", "paillier_encrypt_fixed_base",
                             "paillier_decrypt"})
 
     def __init__(self, threads: int | None = None, **options) -> None:
@@ -71,6 +71,9 @@ class NativeBackend(Backend):
     def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
         return _native.mont_prod_groups(self.modulus(ctx), a_mont, groups, num_groups, self.threads)
 
+    def op_mont_inverse(self, ctx, a_mont):
+        return _native.mont_inverse(self.modulus(ctx), a_mont, self.threads)
+
     # ---- fused Paillier (keys carry their per-backend state in key.device_state)
     def _pub(self, pk):
         st = pk.device_state.get("native")
@@ -86,7 +89,7 @@ class NativeBackend(Backend):
         pub = self._pub(pk)
         fb = pk.fixed_base
         if pk.device_state.get("native_fb") is not fb:
-            pub.set_fixed_base(fb.hs_mont, fb.exp_bits, fb.window)
+            pub.set_fixed_base(fb.hs_mont, fb.exp_bits, fb.window, self.threads)
             pk.device_state["native_fb"] = fb
         return pub.encrypt_fixed_base(m, a, self.threads)
 
