@@ -30,11 +30,6 @@ from ._util import resolve_backend
 from .paillier import PrivateKey, PublicKey, decrypt_limbs, encrypt_limbs
 
 
-def _mont_inverse(be, ctx, limbs: np.ndarray) -> np.ndarray:
-    """(x^-1)·R mod m for x̄ = x·R: the ciphertext inverse, E(v)^-1 = E(-v) (mod_op layer)."""
-    return mod_op.mont_inverse(be, ctx, limbs)
-
-
 def _exp_array(ints: list[int]) -> np.ndarray:
     """Non-negative Python ints to an exponent limb array (N, Le)."""
     return mod_op.exp_limbs(ints) if ints else np.zeros((0, 1), np.uint64)
@@ -202,8 +197,9 @@ class EncryptedArray:
     __radd__ = __add__
 
     def __neg__(self) -> "EncryptedArray":
-        return EncryptedArray(self.public_key, _mont_inverse(self.backend, self._ctx(), self.limbs),
-                              self.shape, self.scale_bits, self.bound, self.backend)
+        inv = mod_op.mont_inverse(self.backend, self._ctx(), self.limbs)
+        return EncryptedArray(self.public_key, inv, self.shape, self.scale_bits, self.bound,
+                              self.backend)
 
     def __sub__(self, other) -> "EncryptedArray":
         if isinstance(other, EncryptedArray):
@@ -227,7 +223,7 @@ class EncryptedArray:
         if plain.size == 1:  # one exponent shared by the batch: sliding windows
             k = enc.values[0]
             if k < 0:
-                base = _mont_inverse(be, ctx, base)
+                base = mod_op.mont_inverse(be, ctx, base)
             limbs = mod_op.mont_exp(be, ctx, base, mod_op.exp_limbs(abs(k)))
         else:
             kv = np.broadcast_to(np.arange(plain.size).reshape(plain.shape), out_shape).reshape(-1)
@@ -235,7 +231,7 @@ class EncryptedArray:
             neg = np.array([k < 0 for k in ks], dtype=bool)
             if neg.any():
                 base = base.copy()
-                base[neg] = _mont_inverse(be, ctx, base[neg])
+                base[neg] = mod_op.mont_inverse(be, ctx, base[neg])
             limbs = mod_op.mont_exp(be, ctx, base, _exp_array([abs(k) for k in ks]))
         return EncryptedArray(pk, limbs, out_shape, self.scale_bits + k_scale, bound, be)
 
@@ -253,7 +249,7 @@ class EncryptedArray:
         n = len(idx_bases)
         negative = any(v < 0 for row in plain_rows for v in row)
         if negative:
-            bases = np.concatenate([bases, _mont_inverse(be, ctx, bases)])
+            bases = np.concatenate([bases, mod_op.mont_inverse(be, ctx, bases)])
             rows = [[max(v, 0) for v in row] + [max(-v, 0) for v in row] for row in plain_rows]
         else:
             rows = plain_rows

@@ -90,36 +90,6 @@ class CountingBackend(Backend):
         self.counters.add(op, batch_elements(op, args), time.perf_counter() - t0)
         return out
 
-    def op_mont_mul(self, *args):
-        return self._run("mont_mul", args)
-
-    def op_mod_mul(self, *args):
-        return self._run("mod_mul", args)
-
-    def op_mod_exp(self, *args):
-        return self._run("mod_exp", args)
-
-    def op_mont_exp(self, *args):
-        return self._run("mont_exp", args)
-
-    def op_mont_multi_exp(self, *args):
-        return self._run("mont_multi_exp", args)
-
-    def op_mont_prod_groups(self, *args):
-        return self._run("mont_prod_groups", args)
-
-    def op_mont_inverse(self, *args):
-        return self._run("mont_inverse", args)
-
-    def op_paillier_encrypt(self, *args):
-        return self._run("paillier_encrypt", args)
-
-    def op_paillier_encrypt_fixed_base(self, *args):
-        return self._run("paillier_encrypt_fixed_base", args)
-
-    def op_paillier_decrypt(self, *args):
-        return self._run("paillier_decrypt", args)
-
     def report(self) -> list[dict]:
         """One row per op that ran: op, backend, device, calls, elements, seconds, stand_in."""
         return [{"op": op, "backend": self.name, "device": self.device, "calls": c, "elements": e,
@@ -139,3 +109,16 @@ class CountingBackend(Backend):
         if item == "inner":
             raise AttributeError(item)
         return getattr(self.inner, item)
+
+
+def _counted(op: str):
+    def method(self: CountingBackend, *args):
+        return self._run(op, args)
+    method.__name__ = method.__qualname__ = f"op_{op}"
+    method.__doc__ = f"The wrapped backend's ``op_{op}``, counted and timed."
+    return method
+
+
+# one forwarder per op of the contract, so an op added to OPS is counted without editing this file
+for _op in OPS:
+    setattr(CountingBackend, f"op_{_op}", _counted(_op))
