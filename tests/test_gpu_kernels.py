@@ -1,5 +1,6 @@
 """The gpu backend's CUDA kernel bodies, run on the host CPU by the harness compiled from the same
-source (``unifl.backends.gpu._gpu_host``), against ``cpu`` / Python ints / python-paillier.
+source (``unifl.backends.gpu._gpu_host``) and, where a GPU exists, as CUDA kernels on the device,
+against ``cpu`` / Python ints / python-paillier.
 
 Both batch layouts are exercised: limb-major (what the CUDA runtime stages on the device) and
 element-major (the canonical host layout), so index arithmetic is checked, not only the arithmetic.
@@ -16,6 +17,7 @@ import pytest
 
 import unifl
 from unifl import base_op, mod_op
+from unifl.backends import registry
 from unifl.backends.gpu import keys
 from unifl.backends.gpu.host import GpuHostBackend, _gpu_host
 from unifl.base_op import from_limbs, mont_context, mont_mul_ref
@@ -24,13 +26,19 @@ from unifl.phe_sdk import EncryptedArray
 
 from .conftest import paillier_keypair, random_odd_modulus
 
-pytestmark = pytest.mark.skipif(_gpu_host is None, reason="gpu host harness not built")
-
 LAYOUTS = {"limb-major": True, "element-major": False}
+NO_HOST = pytest.mark.skipif(_gpu_host is None, reason="gpu host harness not built")
+GPU = registry.probe("gpu")
+NEEDS_GPU = pytest.mark.skipif(not GPU.available, reason=f"gpu backend unavailable: {GPU.reason}")
 
 
-@pytest.fixture(params=list(LAYOUTS), scope="module")
-def host(request):
+@pytest.fixture(scope="module", params=[pytest.param(k, marks=NO_HOST) for k in LAYOUTS]
+                + [pytest.param("cuda", marks=[pytest.mark.gpu, NEEDS_GPU])])
+def kern(request):
+    """The kernel bodies on the host CPU in both batch layouts and, where a GPU exists, the same
+    bodies as CUDA kernels on the device (``cuda``), each checked by the same assertions."""
+    if request.param == "cuda":
+        return unifl.backend("gpu")
     be = GpuHostBackend(soa=LAYOUTS[request.param], threads=2)
     be.probe_result = GpuHostBackend.probe()
     return be
@@ -46,16 +54,16 @@ def _edges(m: int, n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("bits", [64, 65, 1000, 1024, 1536, 2048, 2050, 3072, 4096, 8192])
-def test_mont_mul_mod_mul(host, bits):
+def test_mont_mul_mod_mul(kern, bits):
     m = random_odd_modulus(bits)
     a = _edges(m, 40)
     b = a[::-1]
-    assert host.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
-    assert host.mont_mul(a, a, m) == [mont_mul_ref(x, x, m) for x in a]      # aliased squaring
-    assert host.mod_mul(a, b, m) == [x * y % m for x, y in zip(a, b)]
+    assert kern.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    assert kern.mont_mul(a, a, m) == [mont_mul_ref(x, x, m) for x in a]      # aliased squaring
+    assert kern.mod_mul(a, b, m) == [x * y % m for x, y in zip(a, b)]
 
 
-def test_every_size_class_boundary(host):
+def test_every_size_class_boundary(kern):
     """Moduli of L limbs at both ends of every class (16, 32, 48, 64, 96, 128 limbs) and just past
     them: the kernels run L-limb loops inside an LMAX-limb class, R = 2^(64·L) exactly."""
     for limbs in (1, 15, 16, 17, 31, 32, 33, 48, 49, 64, 65, 96, 97, 127, 128):
@@ -64,33 +72,34 @@ def test_every_size_class_boundary(host):
                 continue
             m = random_odd_modulus(max(bits, 3))
             a = _edges(m, 4)
-            assert host.mont_mul(a, a[::-1], m) == [mont_mul_ref(x, y, m)
+            assert kern.mont_mul(a, a[::-1], m) == [mont_mul_ref(x, y, m)
                                                    for x, y in zip(a, a[::-1])], bits
-    assert {_gpu_host.lmax_class(L) for L in range(1, 129)} == {16, 32, 48, 64, 96, 128}
-    assert _gpu_host.lmax_class(129) == 0
+    if _gpu_host is not None:
+        assert {_gpu_host.lmax_class(L) for L in range(1, 129)} == {16, 32, 48, 64, 96, 128}
+        assert _gpu_host.lmax_class(129) == 0
 
 
 @pytest.mark.parametrize("bits", [64, 1000, 1536, 2048, 2050])   # 3072/4096: equivalence harness
-def test_mod_exp_edges(host, bits):
+def test_mod_exp_edges(kern, bits):
     m = random_odd_modulus(bits)
     base = _edges(m, 6)
     huge = secrets.randbits(2 * bits) | (1 << (2 * bits - 1))   # longer than m
     exps = [0, 1, 2, m - 1, huge, (1 << 64) - 1] + [secrets.randbits(secrets.choice([5, 64, 200]))
                                                     for _ in range(len(base) - 6)]
-    assert host.mod_exp(base, exps, m) == [pow(x, e, m) for x, e in zip(base, exps)]
+    assert kern.mod_exp(base, exps, m) == [pow(x, e, m) for x, e in zip(base, exps)]
     for shared in (0, 1, huge):
-        assert host.mod_exp(base, shared, m) == [pow(x, shared, m) for x in base]
+        assert kern.mod_exp(base, shared, m) == [pow(x, shared, m) for x in base]
 
 
-def test_mont_exp_stays_in_domain(host, cpu):
+def test_mont_exp_stays_in_domain(kern, cpu):
     ctx = mont_context(random_odd_modulus(2048))
     x = base_op.to_mont(cpu, ctx, ctx.to_limbs(_edges(ctx.m, 10)))
     e = mod_op.exp_limbs([0, 1, 7, ctx.m + 5] + [secrets.randbits(300) for _ in range(12)])
-    assert np.array_equal(host.op_mont_exp(ctx, x, e), mod_op.mont_exp(cpu, ctx, x, e))
+    assert np.array_equal(kern.op_mont_exp(ctx, x, e), mod_op.mont_exp(cpu, ctx, x, e))
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 16])
-def test_multi_exp_tree_reduction(host, cpu, n):
+def test_multi_exp_tree_reduction(kern, cpu, n):
     """Alg. 5: K·N powers, then the halving rounds over N on the device (odd and even N)."""
     ctx = mont_context(random_odd_modulus(1024))
     x = base_op.to_mont(cpu, ctx, ctx.to_limbs(_edges(ctx.m, 10)[:n]))
@@ -98,40 +107,40 @@ def test_multi_exp_tree_reduction(host, cpu, n):
     ex = mod_op.exp_limbs([secrets.randbits(secrets.choice([0, 1, 40, 130])) for _ in range(k * n)])
     ex = ex.reshape(k, n, -1)
     ex[1] = 0
-    assert np.array_equal(host.op_mont_multi_exp(ctx, x, ex),
+    assert np.array_equal(kern.op_mont_multi_exp(ctx, x, ex),
                           mod_op.mont_multi_exp(cpu, ctx, x, ex))
 
 
 @pytest.mark.parametrize("bits", [1024, 2048])
-def test_fused_paillier_encrypt_matches_python_paillier(host, cpu, bits):
+def test_fused_paillier_encrypt_matches_python_paillier(kern, cpu, bits):
     pk, sk = paillier_keypair(bits)
     ms = [0, 1, pk.n - 1, pk.max_int] + [secrets.randbelow(pk.n) for _ in range(4)]
     rs = [1, pk.n - 1] + [secrets.randbelow(pk.n - 1) + 1 for _ in range(len(ms) - 2)]
-    got = pk.raw_encrypt(ms, backend=host, r_values=rs)
+    got = pk.raw_encrypt(ms, backend=kern, r_values=rs)
     assert got == pk.raw_encrypt(ms, backend=cpu, r_values=rs)
     ppk = phe.PaillierPublicKey(pk.n)
     assert got == [ppk.raw_encrypt(m, r_value=r) for m, r in zip(ms, rs)]
-    assert sk.raw_decrypt(got, backend=host) == ms
+    assert sk.raw_decrypt(got, backend=kern) == ms
     # the fused kernel itself returns Montgomery form mod n²
-    c_mont = host.op_paillier_encrypt(pk, pk.plaintext_limbs(ms), pk.n_ctx.to_limbs(rs))
+    c_mont = kern.op_paillier_encrypt(pk, pk.plaintext_limbs(ms), pk.n_ctx.to_limbs(rs))
     assert from_limbs(base_op.from_mont(cpu, pk.nsquare_ctx, c_mont)) == got
 
 
-def test_crt_decrypt_of_foreign_ciphertexts(host):
+def test_crt_decrypt_of_foreign_ciphertexts(kern):
     """Ciphertexts made by python-paillier (random r) decrypt to the same plaintexts."""
     pk, sk = paillier_keypair(1024)
     ppk = phe.PaillierPublicKey(pk.n)
     ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(5)]
     cs = [ppk.raw_encrypt(m) for m in ms]
-    assert sk.raw_decrypt(cs, backend=host) == ms
+    assert sk.raw_decrypt(cs, backend=kern) == ms
 
 
-def test_encrypted_matmul_and_homomorphic_ops(host):
+def test_encrypted_matmul_and_homomorphic_ops(kern):
     pk, sk = paillier_keypair(1024)
     rng = np.random.default_rng(7)
     x = rng.integers(-1000, 1000, size=(6, 1))
     w = rng.integers(-50, 50, size=(4, 6))
-    e = EncryptedArray.encrypt(pk, x.astype(object), backend=host)
+    e = EncryptedArray.encrypt(pk, x.astype(object), backend=kern)
     assert [list(r) for r in (w.astype(object) @ e).decrypt(sk)] == [list(r) for r in w @ x]
     assert list((e + e).decrypt(sk).ravel()) == list((2 * x).ravel())        # ct add = MontMult
     assert list((e * 3).decrypt(sk).ravel()) == list((3 * x).ravel())        # ct×scalar = mont_exp
@@ -150,13 +159,13 @@ def test_blob_layout_round_trip():
     assert from_limbs(pub[ctx_b.size + 1:][None, :]) == [pk.n]
 
 
-def test_moduli_wider_than_8192_bits_are_refused(host):
+def test_moduli_wider_than_8192_bits_are_refused(kern):
     m = random_odd_modulus(8193)
     with pytest.raises(OperandError, match="8192 bits"):
-        host.mont_mul([1], [2], m)
+        kern.mont_mul([1], [2], m)
 
 
-def test_crt_decrypt_with_unbalanced_primes(host, cpu):
+def test_crt_decrypt_with_unbalanced_primes(kern, cpu):
     """p and q of different limb counts (8 and 10): the wide reductions c mod p², c mod q² and
     m_q mod p then take more than one chunk."""
     from unifl.phe_sdk.paillier import PrivateKey
@@ -165,6 +174,6 @@ def test_crt_decrypt_with_unbalanced_primes(host, cpu):
     pk = sk.public_key
     ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(5)]
     rs = [secrets.randbelow(pk.n - 1) + 1 for _ in ms]
-    cs = pk.raw_encrypt(ms, backend=host, r_values=rs)
+    cs = pk.raw_encrypt(ms, backend=kern, r_values=rs)
     assert cs == pk.raw_encrypt(ms, backend=cpu, r_values=rs)
-    assert sk.raw_decrypt(cs, backend=host) == ms
+    assert sk.raw_decrypt(cs, backend=kern) == ms

@@ -7,7 +7,9 @@ owns the operation (``unifl.base_op``, ``unifl.mod_op``, ``unifl.phe_sdk``) from
 running on the same backend.  Only ``mont_mul`` (the base op) is mandatory.
 
 All limb arguments use the canonical layout of :mod:`unifl.base_op.limbs`: ``uint64`` arrays of shape
-``(N, L)``, little-endian limbs.  Exponent batches are limb arrays too: shape ``(N, Le)`` for one
+``(N, L)``, little-endian limbs -- or, for a backend that keeps data on its device, its own
+``DeviceBatch`` (see :meth:`Backend.own_batch`); results may be either, and every consumer reads them
+through the NumPy array protocol.  Exponent batches are limb arrays too: shape ``(N, Le)`` for one
 exponent per element, or ``(1, Le)`` for an exponent shared by the batch.
 """
 
@@ -77,6 +79,13 @@ class Backend:
     @property
     def devices(self) -> list[str]:
         return self.probe_result.devices if self.probe_result else []
+
+    def own_batch(self, x) -> Any:
+        """``x`` in the form this backend's ``op_*`` take: a contiguous ``uint64`` host array here.
+        A backend that keeps results in device memory (``unifl.base_op.DeviceBatch``) overrides this
+        to pass its own batches through untouched; the layers call it instead of converting, so they
+        never branch on hardware and never fetch what the backend can use in place."""
+        return np.ascontiguousarray(x, dtype=np.uint64)
 
     def describe(self) -> str:
         pr = self.probe_result

@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OperandError
-from .limbs import LIMB_BITS, from_limbs, limb_count, to_limbs
+from .limbs import LIMB_BITS, DeviceBatch, from_limbs, limb_count, to_limbs
 from .montgomery import MontContext, check_modulus, mont_context, mont_mul_ref
 
 __all__ = ["MontContext", "mont_context", "check_modulus", "mont_mul", "to_mont", "from_mont",
-           "constant", "to_limbs", "from_limbs", "limb_count", "mont_mul_ref", "LIMB_BITS"]
+           "constant", "to_limbs", "from_limbs", "limb_count", "mont_mul_ref", "LIMB_BITS",
+           "DeviceBatch", "operand"]
 
 
 def constant(ctx: MontContext, value: int, n: int) -> np.ndarray:
@@ -23,22 +24,38 @@ def constant(ctx: MontContext, value: int, n: int) -> np.ndarray:
     return np.repeat(row, n, axis=0)
 
 
+def operand(backend, ctx: MontContext, x, name: str, checked: bool = True):
+    """``x`` as ``backend``'s ops take it (``backend.own_batch``): a batch already in the backend's
+    device memory as is, anything else as a contiguous host array, range-checked unless
+    ``checked=False``.  A device batch is not checked: it was produced by the backend's own kernels,
+    whose results are reduced, and checking it would fetch it."""
+    if isinstance(x, DeviceBatch) and backend.own_batch(x) is x:
+        if x.shape[1] != ctx.num_limbs:
+            raise OperandError(f"{name}: expected shape (N, {ctx.num_limbs}) for a {ctx.bits}-bit "
+                               f"modulus, got {x.shape}")
+        return x
+    x = ctx.check_operands(x, name) if checked else x
+    return backend.own_batch(x)
+
+
 def mont_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray, *, checked: bool = True
              ) -> np.ndarray:
     """Batched MontMult on ``backend``.  ``b`` may be one row (broadcast to the batch).
 
     ``checked=False`` skips the range checks; the layers above use it for values they produced.
     """
-    if checked:
-        a = ctx.check_operands(a, "a")
-        b = ctx.check_operands(b, "b")
+    a = operand(backend, ctx, a, "a", checked)
     if b.shape[0] == 1 and a.shape[0] != 1:
-        b = np.broadcast_to(b, a.shape)
+        b = ctx.check_operands(b, "b") if checked else np.asarray(b, dtype=np.uint64)
+        # a zero-stride view: a backend that reads one shared row (gpu) keeps it and is spared n copies
+        b = backend.own_batch(np.broadcast_to(b, a.shape))
+    else:
+        b = operand(backend, ctx, b, "b", checked)
     if a.shape != b.shape:
         raise OperandError(f"mont_mul: batch shapes differ, {a.shape} and {b.shape}")
     if a.shape[0] == 0:
-        return np.empty_like(a)
-    return backend.op_mont_mul(ctx, np.ascontiguousarray(a), np.ascontiguousarray(b))
+        return np.empty(a.shape, np.uint64)
+    return backend.op_mont_mul(ctx, a, b)
 
 
 def to_mont(backend, ctx: MontContext, x: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ def to_limbs(values: Iterable[int], num_limbs: int) -> np.ndarray:
 
 
 def from_limbs(limbs: np.ndarray) -> list[int]:
-    """Unpack an (N, L) uint64 array into a list of Python ints."""
+    """Unpack an (N, L) uint64 array (or a :class:`DeviceBatch`, fetched) into Python ints."""
     limbs = np.ascontiguousarray(limbs, dtype="<u8")
     if limbs.ndim != 2:
         raise OperandError(f"limb arrays are 2-D (N, L), got shape {limbs.shape}")
@@ -60,6 +60,75 @@ def less_than(limbs: np.ndarray, bound_limbs: np.ndarray) -> np.ndarray:
     top = a.shape[1] - 1 - np.argmax(neq[:, ::-1], axis=1)
     rows = np.arange(a.shape[0])
     return any_diff & (a[rows, top] < b[rows, top])
+
+
+class DeviceBatch:
+    """An (N, L) uint64 limb batch that lives in an accelerator's memory.
+
+    Backends whose ops keep their results on the device (the ``gpu`` backend) return these instead of
+    host arrays, and take their own ones back as operands without a copy, so a chain of SDK calls
+    (encrypt, add, multiply, matmul, decrypt) moves data across the bus only at its ends.  Anything
+    else that needs the values -- another backend, indexing, serialisation, ``from_limbs`` -- gets
+    them through the NumPy array protocol: the first such use *fetches* the batch (one device-to-host
+    copy, cached; the cached array is read-only, so a stray in-place write cannot make the host copy
+    and the device copy disagree).  Subclasses implement :meth:`_download`.
+    """
+
+    ndim = 2
+    dtype = np.dtype(np.uint64)
+
+    def __init__(self, shape: tuple[int, int]) -> None:
+        self.shape = (int(shape[0]), int(shape[1]))
+        self._host: np.ndarray | None = None
+
+    def _download(self) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def fetched(self) -> bool:
+        """True once the values have been copied to the host."""
+        return self._host is not None
+
+    def fetch(self) -> np.ndarray:
+        """The values as a read-only host array (copied from the device once)."""
+        if self._host is None:
+            host = np.ascontiguousarray(self._download(), dtype=np.uint64)
+            host.flags.writeable = False
+            self._host = host
+        return self._host
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        host = self.fetch()
+        if dtype is not None and np.dtype(dtype) != host.dtype:
+            return host.astype(dtype)
+        return host.copy() if copy else host
+
+    @property
+    def size(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self.fetch()[key]
+
+    def copy(self) -> np.ndarray:
+        return self.fetch().copy()
+
+    # the read-only ndarray methods the layers use on limb batches, on the fetched values
+    def astype(self, dtype, copy: bool = True) -> np.ndarray:
+        return self.fetch().astype(dtype, copy=copy)
+
+    def tobytes(self) -> bytes:
+        return self.fetch().tobytes()
+
+    def reshape(self, *shape) -> np.ndarray:
+        return self.fetch().reshape(*shape)
+
+    def __repr__(self) -> str:
+        where = "fetched" if self.fetched else "on the device only"
+        return f"<{type(self).__name__} {self.shape[0]}x{self.shape[1]} limbs, {where}>"
 
 
 def as_int_list(values: int | Sequence[int], n: int | None = None) -> list[int]:

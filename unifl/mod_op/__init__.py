@@ -8,7 +8,7 @@ from __future__ import annotations
 import gmpy2
 import numpy as np
 
-from ..base_op import MontContext, constant, from_mont, mont_mul, to_mont
+from ..base_op import MontContext, constant, from_mont, mont_mul, operand, to_mont
 from ..base_op.limbs import from_limbs, limb_count, to_limbs
 from ..errors import OperandError
 from . import compose
@@ -36,8 +36,8 @@ def _check_exps(exps: np.ndarray, n: int) -> np.ndarray:
 def mod_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a·b mod m.  Composed as MontMult(MontMult(a, b), R²) = a·b (two MontMults, not Alg. 2's four:
     the R^-1 of the first is cancelled by the R² of the second)."""
-    a = ctx.check_operands(a, "a")
-    b = ctx.check_operands(b, "b")
+    a = operand(backend, ctx, a, "a")
+    b = operand(backend, ctx, b, "b")
     if backend.implements("mod_mul"):
         return backend.op_mod_mul(ctx, a, b)
     return to_mont(backend, ctx, mont_mul(backend, ctx, a, b, checked=False))
@@ -45,10 +45,10 @@ def mod_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarr
 
 def mont_exp(backend, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
     """(x^e)·R mod m for x̄ = x·R mod m: exponentiation that stays in the Montgomery domain."""
-    base_mont = np.ascontiguousarray(base_mont, dtype=np.uint64)
+    base_mont = operand(backend, ctx, base_mont, "base", checked=False)
     exps = _check_exps(exps, base_mont.shape[0])
     if base_mont.shape[0] == 0:
-        return base_mont.copy()
+        return np.empty(base_mont.shape, np.uint64)
     if backend.implements("mont_exp"):
         return backend.op_mont_exp(ctx, base_mont, exps)
     return compose.mont_exp(backend, ctx, base_mont, exps)
@@ -56,10 +56,10 @@ def mont_exp(backend, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray)
 
 def mod_exp(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
     """base^e mod m (UniFL Alg. 3 with sliding windows when composed)."""
-    base = ctx.check_operands(base, "base")
+    base = operand(backend, ctx, base, "base")
     exps = _check_exps(exps, base.shape[0])
     if base.shape[0] == 0:
-        return base.copy()
+        return np.empty(base.shape, np.uint64)
     if backend.implements("mod_exp"):
         return backend.op_mod_exp(ctx, base, exps)
     return from_mont(backend, ctx, mont_exp(backend, ctx, to_mont(backend, ctx, base), exps))
@@ -69,7 +69,7 @@ def mont_multi_exp(backend, ctx: MontContext, bases_mont: np.ndarray, exps: np.n
                    ) -> np.ndarray:
     """out[k] = prod_i bases[i]^exps[k, i], all in Montgomery form: K multi-exponentiations sharing
     their N bases (the heart of ciphertext×plaintext matmul).  ``exps`` has shape (K, N, Le)."""
-    bases_mont = np.ascontiguousarray(bases_mont, dtype=np.uint64)
+    bases_mont = operand(backend, ctx, bases_mont, "bases", checked=False)
     exps = np.ascontiguousarray(exps, dtype=np.uint64)
     if exps.ndim != 3 or exps.shape[1] != bases_mont.shape[0]:
         raise OperandError(f"multi-exp exponents must be (K, {bases_mont.shape[0]}, Le), "
@@ -87,7 +87,7 @@ def mont_prod_groups(backend, ctx: MontContext, a_mont: np.ndarray, groups: np.n
                      num_groups: int) -> np.ndarray:
     """Product of the rows of each group (Montgomery form); row g is R mod m when group g is empty.
     With ciphertexts this is the homomorphic sum per bin of a histogram (FLASH O6)."""
-    a_mont = np.ascontiguousarray(a_mont, dtype=np.uint64)
+    a_mont = operand(backend, ctx, a_mont, "a", checked=False)
     groups = np.ascontiguousarray(groups, dtype=np.int64)
     if groups.shape != (a_mont.shape[0],):
         raise OperandError(f"need one group id per row: {groups.shape} vs {a_mont.shape[0]} rows")
@@ -108,11 +108,11 @@ def mont_inverse(backend, ctx: MontContext, a_mont: np.ndarray) -> np.ndarray:
     Raises:
         OperandError: some x shares a factor with m (no inverse).
     """
-    a_mont = np.ascontiguousarray(a_mont, dtype=np.uint64)
     if a_mont.ndim != 2 or a_mont.shape[1] != ctx.num_limbs:
         raise OperandError(f"expected shape (N, {ctx.num_limbs}), got {a_mont.shape}")
+    a_mont = operand(backend, ctx, a_mont, "a", checked=False)
     if a_mont.shape[0] == 0:
-        return a_mont.copy()
+        return np.empty(a_mont.shape, np.uint64)
     if backend.implements("mont_inverse"):
         try:
             return backend.op_mont_inverse(ctx, a_mont)

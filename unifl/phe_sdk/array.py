@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import base_op, mod_op
-from ..base_op import from_limbs, to_limbs
+from ..base_op import DeviceBatch, from_limbs, to_limbs
 from ..errors import KeyMismatchError, OperandError
 from . import encoding
 from ._util import resolve_backend
@@ -42,7 +42,8 @@ class EncryptedArray:
 
     def __init__(self, public_key: PublicKey, limbs: np.ndarray, shape: tuple[int, ...],
                  scale_bits: int, bound: int, backend=None) -> None:
-        limbs = np.ascontiguousarray(limbs, dtype=np.uint64)
+        if not isinstance(limbs, DeviceBatch):    # a device batch stays where it is until fetched
+            limbs = np.ascontiguousarray(limbs, dtype=np.uint64)
         if limbs.shape != (int(np.prod(shape, dtype=np.int64)), public_key.nsquare_ctx.num_limbs):
             raise OperandError(f"limbs {limbs.shape} do not match shape {shape}")
         self.public_key = public_key
@@ -103,6 +104,15 @@ class EncryptedArray:
 
     def _index_grid(self) -> np.ndarray:
         return np.arange(self.size).reshape(self.shape)
+
+    def _rows(self, idx: np.ndarray):
+        """``self.limbs[idx]``, but the limbs themselves (no gather, and no fetch of a device batch)
+        when ``idx`` picks every row in order."""
+        idx = np.asarray(idx).reshape(-1)
+        if idx.size == self.size and (idx.size == 0 or (idx[0] == 0 and
+                                                        (np.diff(idx) == 1).all())):
+            return self.limbs
+        return self.limbs[idx]
 
     def _take(self, idx: np.ndarray, bound: int | None = None) -> "EncryptedArray":
         idx = np.asarray(idx)
@@ -190,7 +200,7 @@ class EncryptedArray:
         gm = to_limbs([(1 + (enc.values[j] % pk.n) * pk.n) % pk.nsquare for j in vals.tolist()],
                       ctx.num_limbs)
         # MontMult(c̄, g^p) = c·g^p (plain), then back into the domain
-        limbs = base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, self.limbs[ia], gm,
+        limbs = base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, self._rows(ia), gm,
                                                           checked=False))
         return EncryptedArray(pk, limbs, out_shape, self.scale_bits, bound, be)
 
@@ -219,7 +229,7 @@ class EncryptedArray:
         enc = encoding.encode(plain, k_scale, pk.max_int)
         bound = encoding.check_bound(self.bound * enc.bound, pk.max_int, "product")
         ia, out_shape = self._broadcast(plain.shape)
-        base = self.limbs[ia]
+        base = self._rows(ia)
         if plain.size == 1:  # one exponent shared by the batch: sliding windows
             k = enc.values[0]
             if k < 0:
@@ -245,7 +255,7 @@ class EncryptedArray:
                    ) -> np.ndarray:
         """prod_i base[idx_i]^row_i for each row; signs handled with inverted bases."""
         be, ctx = self.backend, self._ctx()
-        bases = self.limbs[idx_bases]
+        bases = self._rows(idx_bases)
         n = len(idx_bases)
         negative = any(v < 0 for row in plain_rows for v in row)
         if negative:
@@ -277,7 +287,8 @@ class EncryptedArray:
         col_l1 = max((sum(abs(v) for v in c) for c in cols), default=0)
         bound = encoding.check_bound(self.bound * col_l1, pk.max_int, "matmul")
         grid = self._index_grid().reshape(a_shape)
-        out = np.concatenate([self._multi_exp(grid[j], cols, bound) for j in range(a_shape[0])])
+        parts = [self._multi_exp(grid[j], cols, bound) for j in range(a_shape[0])]
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         shape = (a_shape[0], b.shape[1])
         if plain.ndim == 1:
             shape = shape[:1]
@@ -302,7 +313,8 @@ class EncryptedArray:
         bound = encoding.check_bound(self.bound * row_l1, pk.max_int, "matmul")
         grid = self._index_grid().reshape(a_shape)
         parts = [self._multi_exp(grid[:, m], rows, bound) for m in range(a_shape[1])]
-        out = np.stack(parts, axis=1).reshape(-1, pk.nsquare_ctx.num_limbs)  # (K, M) row-major
+        out = parts[0] if len(parts) == 1 else \
+            np.stack(parts, axis=1).reshape(-1, pk.nsquare_ctx.num_limbs)     # (K, M) row-major
         shape = (x.shape[0], a_shape[1])
         if self.ndim == 1:
             shape = shape[:1]

@@ -105,7 +105,7 @@ def array_to_bytes(arr: EncryptedArray) -> bytes:
     head = _HEAD.pack(FRAME_MAGIC, FRAME_VERSION, 0, bytes.fromhex(pk.fingerprint)[:16],
                       arr.scale_bits, len(arr.shape), ctx.num_limbs)
     body = (head + struct.pack(f"<{len(arr.shape)}Q", *arr.shape) + struct.pack("<I", len(bound))
-            + bound + plain.astype("<u8").tobytes())
+            + bound + np.asarray(plain, dtype="<u8").tobytes())
     return body + struct.pack("<I", zlib.crc32(body))
 
 

@@ -84,6 +84,9 @@ class CountingBackend(Backend):
     def describe(self) -> str:
         return self.inner.describe()
 
+    def own_batch(self, x):
+        return self.inner.own_batch(x)
+
     def _run(self, op: str, args: tuple):
         t0 = time.perf_counter()
         out = getattr(self.inner, f"op_{op}")(*args)

@@ -14,20 +14,27 @@ instance and a small batch leaves SMs idle; CGBN's several-threads-per-instance 
 choice for small batches, hence the optional CGBN note in docs/gpu.md.  Per-key constants are uploaded
 once per device and copied into shared memory by each block (Alg. 4 lines 5-9).
 
+Residency: every op's result stays in device memory as a ``GpuBatch`` (``unifl.base_op.DeviceBatch``)
+and the next op on this backend reads it there, so an SDK chain -- encrypt, ``+``, ``*``, ``@``,
+obfuscate, decrypt -- crosses the bus once each way; host operands are staged per call, and the first
+use that needs values on the host (another backend, indexing, serialisation) fetches the batch once.
+
 Kernels are templates over the limb capacity LMAX in {16, 32, 48, 64, 96, 128}: a modulus of L
 limbs (64..8192 bits) runs in the smallest class >= L with loops over its own L, so results are
 bit-identical to ``cpu`` with R = 2^(64·L).
 
 Single source: every kernel body is a ``__host__ __device__`` function in ``src/kernels.cuh``; the
 test suite runs the same bodies on the CPU through the host harness (``host.py``, backend
-``gpu_host``) in the equivalence harness.  No GPU was available while this backend was written: the
-CUDA library is compiled (nvcc, warnings as errors) but no kernel has been run on a GPU here and no
-GPU figure has been measured.  Tests marked ``gpu`` run the equivalence checks on a real device.
+``gpu_host``) in the equivalence harness.  The CUDA library is compiled (nvcc, warnings as errors)
+in CI, which has no GPU; tests marked ``gpu`` run the equivalence checks on a real device (they ran
+on an H100, docs/gpu.md).
 """
 
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 from ...errors import BackendUnavailable
 from ..base import ProbeResult
@@ -43,6 +50,16 @@ class GpuBackend(KernelBackend):
         self.engine = CudaEngine()
         #: use the optional CGBN ModExp (only in a CGBN build; docs/gpu.md) -- UNIFL_GPU_CGBN=1
         self.cgbn = os.environ.get("UNIFL_GPU_CGBN") == "1" if cgbn is None else cgbn
+
+    def own_batch(self, x):
+        """Our own device batches stay on the device; a one-row broadcast view stays a view (the
+        kernels read one shared row); anything else becomes a contiguous host array."""
+        if self.engine.holds(x):
+            return x
+        if isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[0] > 1 and x.strides[0] == 0 \
+                and x.dtype == np.uint64:
+            return x
+        return np.ascontiguousarray(x, dtype=np.uint64)
 
     def op_mod_exp(self, ctx, base, exps):
         if self.cgbn:

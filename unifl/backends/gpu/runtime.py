@@ -1,5 +1,8 @@
 """ctypes face of ``libunifl_gpu.so`` (built by nvcc from ``src/gpu_runtime.cu``).
 
+Every op returns a :class:`GpuBatch`: the result stays in device memory, and is used there by the
+next op that takes it, until something fetches it (``unifl.base_op.DeviceBatch``).
+
 Why ctypes and not a pybind11 module compiled by nvcc: the library has a plain C ABI, so it needs
 neither Python headers nor pybind11 under nvcc, it is linked with the static CUDA runtime (no
 ``libcudart.so`` to find at run time), and a machine without a driver loads it fine and gets an
@@ -16,6 +19,7 @@ import threading
 
 import numpy as np
 
+from ...base_op.limbs import DeviceBatch
 from ...errors import BackendUnavailable, OperandError
 
 HERE = os.path.dirname(__file__)
@@ -66,15 +70,26 @@ def load_library() -> ctypes.CDLL:
                                              ctypes.POINTER(ctypes.c_void_p)]
         lib.unifl_gpu_key_free.argtypes = [ctypes.c_void_p]
         lib.unifl_gpu_key_free.restype = None
-        lib.unifl_gpu_mul.argtypes = [ctypes.c_void_p, _u64p, _u64p, _u64p, ctypes.c_longlong,
-                                      ctypes.c_int]
-        lib.unifl_gpu_exp.argtypes = [ctypes.c_void_p, _u64p, _u64p, ctypes.c_int, ctypes.c_int,
-                                      _u64p, ctypes.c_longlong, ctypes.c_int]
-        lib.unifl_gpu_multi_exp.argtypes = [ctypes.c_void_p, _u64p, ctypes.c_longlong, _u64p,
-                                            ctypes.c_longlong, ctypes.c_int, _u64p]
-        lib.unifl_gpu_paillier_encrypt.argtypes = [ctypes.c_void_p, _u64p, _u64p, _u64p,
-                                                   ctypes.c_longlong]
-        lib.unifl_gpu_paillier_decrypt.argtypes = [ctypes.c_void_p, _u64p, _u64p, ctypes.c_longlong]
+        vpp = ctypes.POINTER(ctypes.c_void_p)
+        lib.unifl_gpu_batch_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int,
+                                               ctypes.c_void_p, ctypes.c_int, vpp]
+        lib.unifl_gpu_batch_download.argtypes = [ctypes.c_void_p, _u64p]
+        lib.unifl_gpu_batch_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong),
+                                              ctypes.POINTER(ctypes.c_int),
+                                              ctypes.POINTER(ctypes.c_int)]
+        lib.unifl_gpu_batch_shape.restype = None
+        lib.unifl_gpu_batch_free.argtypes = [ctypes.c_void_p]
+        lib.unifl_gpu_batch_free.restype = None
+        lib.unifl_gpu_mul.argtypes = [ctypes.c_void_p, Operand, Operand, ctypes.c_longlong,
+                                      ctypes.c_int, vpp]
+        lib.unifl_gpu_exp.argtypes = [ctypes.c_void_p, Operand, Operand, ctypes.c_longlong,
+                                      ctypes.c_int, vpp]
+        lib.unifl_gpu_multi_exp.argtypes = [ctypes.c_void_p, Operand, ctypes.c_longlong, _u64p,
+                                            ctypes.c_longlong, ctypes.c_int, vpp]
+        lib.unifl_gpu_paillier_encrypt.argtypes = [ctypes.c_void_p, Operand, Operand,
+                                                   ctypes.c_longlong, vpp]
+        lib.unifl_gpu_paillier_decrypt.argtypes = [ctypes.c_void_p, Operand, ctypes.c_longlong,
+                                                   vpp]
         if hasattr(lib, "unifl_gpu_cgbn_mod_exp"):          # optional CGBN build
             lib.unifl_gpu_cgbn_mod_exp.argtypes = [_u64p, ctypes.c_int, _u64p, _u64p, ctypes.c_int,
                                                    ctypes.c_int, _u64p, ctypes.c_longlong]
@@ -109,6 +124,39 @@ def _ptr(a: np.ndarray):
     return a.ctypes.data_as(_u64p)
 
 
+ERR_LAYOUT = -4
+
+
+class Operand(ctypes.Structure):
+    """An op's operand for the C interface: a device batch, or host rows (1 = shared by the batch)."""
+
+    _fields_ = [("batch", ctypes.c_void_p), ("host", _u64p), ("rows", ctypes.c_longlong),
+                ("limbs", ctypes.c_int)]
+
+
+class GpuBatch(DeviceBatch):
+    """An (N, L) limb batch in the memory of the CUDA device(s) (limb-major, one chunk per device it
+    was split over); freed with the object."""
+
+    def __init__(self, lib: ctypes.CDLL, handle: ctypes.c_void_p) -> None:
+        n, L, chunks = ctypes.c_longlong(), ctypes.c_int(), ctypes.c_int()
+        lib.unifl_gpu_batch_shape(handle, ctypes.byref(n), ctypes.byref(L), ctypes.byref(chunks))
+        super().__init__((n.value, L.value))
+        self._lib = lib
+        self.handle = handle
+        self.chunks = chunks.value
+
+    def _download(self) -> np.ndarray:
+        out = np.empty(self.shape, np.uint64)
+        _check(self._lib, self._lib.unifl_gpu_batch_download(self.handle, _ptr(out)))
+        return out
+
+    def __del__(self) -> None:
+        if getattr(self, "handle", None):
+            self._lib.unifl_gpu_batch_free(self.handle)
+            self.handle = None
+
+
 class DeviceKey:
     """A key blob uploaded once to every device; freed with the object."""
 
@@ -126,6 +174,10 @@ class DeviceKey:
             self.handle = None
 
 
+class _LayoutClash(Exception):
+    """Device batches of one op are split differently over the GPUs (C: kErrLayout)."""
+
+
 def _check(lib: ctypes.CDLL, err: int) -> None:
     if err == ERR_SIZE:
         raise OperandError(error_string(lib, err))
@@ -134,7 +186,8 @@ def _check(lib: ctypes.CDLL, err: int) -> None:
 
 
 class CudaEngine:
-    """Runs the kernels on every CUDA device (batches split least-loaded first by the library)."""
+    """Runs the kernels on every CUDA device; operands are :class:`GpuBatch` (used in place) or host
+    arrays (staged for the call), results are :class:`GpuBatch`."""
 
     def __init__(self) -> None:
         self.lib = load_library()
@@ -142,31 +195,80 @@ class CudaEngine:
     def prepare(self, blob: np.ndarray, kind: int) -> DeviceKey:
         return DeviceKey(self.lib, blob, kind)
 
-    def mul(self, key: DeviceKey, a, b, mode):
-        out = np.empty_like(a)
-        _check(self.lib, self.lib.unifl_gpu_mul(key.handle, _ptr(a), _ptr(b), _ptr(out),
-                                                a.shape[0], mode))
-        return out
+    def holds(self, x) -> bool:
+        return isinstance(x, GpuBatch) and x._lib is self.lib and bool(x.handle)
 
-    def exp(self, key: DeviceKey, base, exps, mode):
-        out = np.empty_like(base)
-        shared = int(exps.shape[0] == 1 and base.shape[0] != 1)
-        _check(self.lib, self.lib.unifl_gpu_exp(key.handle, _ptr(base), _ptr(exps), exps.shape[1],
-                                                shared, _ptr(out), base.shape[0], mode))
-        return out
+    def upload(self, a: np.ndarray, like: GpuBatch | None = None, single: bool = False
+               ) -> GpuBatch:
+        """Host rows to a new device batch (split like ``like``, or over the devices)."""
+        a = np.ascontiguousarray(a, dtype=np.uint64)
+        h = ctypes.c_void_p()
+        _check(self.lib, self.lib.unifl_gpu_batch_upload(
+            _ptr(a), a.shape[0], a.shape[1], like.handle if like is not None else None,
+            int(single), ctypes.byref(h)))
+        return GpuBatch(self.lib, h)
 
-    def multi_exp(self, key: DeviceKey, bases, exps):
+    def _operand(self, x, keep: list) -> Operand:
+        if self.holds(x):
+            return Operand(x.handle, None, x.shape[0], x.shape[1])
+        x = np.asarray(x, dtype=np.uint64)
+        if x.ndim == 2 and x.shape[0] > 1 and x.strides[0] == 0:   # one row broadcast: shared
+            x = np.ascontiguousarray(x[:1])
+            rows = 1
+        else:
+            x = np.ascontiguousarray(x)
+            rows = x.shape[0]
+        keep.append(x)
+        return Operand(None, _ptr(x), rows, x.shape[1])
+
+    def _run(self, fn, key: DeviceKey, xs: list, *tail) -> GpuBatch:
+        """``fn(key, *operands, *tail, &out)``.  Device batches of one op split differently over
+        several GPUs (C: kErrLayout) are resolved once by re-uploading the later ones like the
+        first."""
+        for attempt in (0, 1):
+            keep: list = []
+            ops = [self._operand(x, keep) for x in xs]
+            h = ctypes.c_void_p()
+            err = fn(key.handle, *ops, *tail, ctypes.byref(h))
+            if err != ERR_LAYOUT:
+                _check(self.lib, err)
+                return GpuBatch(self.lib, h)
+            lead = next(x for x in xs if self.holds(x))
+            xs = [x if x is lead or not self.holds(x) else self.upload(x.fetch(), like=lead)
+                  for x in xs]
+        raise RuntimeError("device batches could not be aligned across the GPUs")
+
+    def mul(self, key: DeviceKey, a, b, mode: int) -> GpuBatch:
+        return self._run(self.lib.unifl_gpu_mul, key, [a, b], a.shape[0], mode)
+
+    def exp(self, key: DeviceKey, base, exps, mode: int) -> GpuBatch:
+        return self._run(self.lib.unifl_gpu_exp, key, [base, exps], base.shape[0], mode)
+
+    def multi_exp(self, key: DeviceKey, bases, exps: np.ndarray) -> GpuBatch:
         k, n, le = exps.shape
-        out = np.empty((k, bases.shape[1]), np.uint64)
-        _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, _ptr(bases), n, _ptr(exps), k,
-                                                      le, _ptr(out)))
-        return out
+        exps = np.ascontiguousarray(exps, dtype=np.uint64)
+        if self.holds(bases) and bases.chunks != 1:       # several GPUs: stage them from the host
+            bases = bases.fetch()
+        keep: list = []
+        op = self._operand(bases, keep)
+        h = ctypes.c_void_p()
+        _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, op, n, _ptr(exps), k, le,
+                                                      ctypes.byref(h)))
+        return GpuBatch(self.lib, h)
+
+    def paillier_encrypt(self, pub: DeviceKey, m, r) -> GpuBatch:
+        return self._run(self.lib.unifl_gpu_paillier_encrypt, pub, [m, r], m.shape[0])
+
+    def paillier_decrypt(self, priv: DeviceKey, c) -> GpuBatch:
+        return self._run(self.lib.unifl_gpu_paillier_decrypt, priv, [c], c.shape[0])
 
     def cgbn_mod_exp(self, key: DeviceKey, base, exps):
         """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in or when
         the sizes fall outside its classes (moduli up to 4096 bits, exponents no wider)."""
         if not hasattr(self.lib, "unifl_gpu_cgbn_mod_exp"):
             return None
+        base = np.ascontiguousarray(base, dtype=np.uint64)    # (a host-array path: fetches)
+        exps = np.ascontiguousarray(exps, dtype=np.uint64)
         L = int(key.blob[1])
         m = np.ascontiguousarray(key.blob[2:2 + L])
         out = np.empty_like(base)
@@ -176,18 +278,4 @@ class CudaEngine:
         if err == ERR_SIZE:
             return None
         _check(self.lib, err)
-        return out
-
-    def paillier_encrypt(self, pub: DeviceKey, m, r):
-        l2 = int(pub.blob[1])
-        out = np.empty((m.shape[0], l2), np.uint64)
-        _check(self.lib, self.lib.unifl_gpu_paillier_encrypt(pub.handle, _ptr(m), _ptr(r),
-                                                             _ptr(out), m.shape[0]))
-        return out
-
-    def paillier_decrypt(self, priv: DeviceKey, c):
-        ln = int(priv.blob[-1])
-        out = np.empty((c.shape[0], ln), np.uint64)
-        _check(self.lib, self.lib.unifl_gpu_paillier_decrypt(priv.handle, _ptr(c), _ptr(out),
-                                                             c.shape[0]))
         return out

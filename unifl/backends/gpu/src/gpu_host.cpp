@@ -95,7 +95,7 @@ Limbs mul(Limbs key, Limbs a, Limbs b, int mode, bool soa, int threads) {
         py::gil_scoped_release nogil;
         Batch A(ro(a), n, L, soa), B(ro(b), n, L, soa), O(mut(out), n, L, soa);
         need(UNIFL_WITH_LMAX(unifl_gpu::ctx_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_mul<LM>(i, kb, O.ptr, A.ptr, B.ptr, A.lay, mode);
+                 unifl_gpu::body_mul<LM>(i, kb, O.ptr, O.lay, A.ptr, A.lay, B.ptr, B.lay, mode);
              })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
@@ -117,7 +117,7 @@ Limbs power(Limbs key, Limbs base, Limbs exps, int mode, bool soa, int threads) 
         Batch X(ro(base), n, L, soa), O(mut(out), n, L, soa);
         const u64 *e = exps.data();
         need(UNIFL_WITH_LMAX(unifl_gpu::ctx_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_exp<LM>(i, kb, O.ptr, X.ptr, X.lay, e, Le, shared, mode);
+                 unifl_gpu::body_exp<LM>(i, kb, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
              })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
@@ -175,7 +175,7 @@ Limbs paillier_encrypt(Limbs pub, Limbs m, Limbs r, bool soa, int threads) {
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), R(ro(r), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
         need(UNIFL_WITH_LMAX(unifl_gpu::pub_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, R.ptr, M.lay);
+                 unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
              })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));

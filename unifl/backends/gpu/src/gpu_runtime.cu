@@ -4,11 +4,19 @@
 //
 // Kernels: each __global__ wrapper copies the key blob into shared memory (UniFL Alg. 4 lines 5-9),
 // computes its instance index (one thread per instance) and calls the __host__ __device__ body of
-// kernels.cuh.  Runtime: devices found with cudaGetDeviceCount; per device one non-blocking stream,
-// one pinned host staging buffer and one device arena, both grown on demand and reused; keys are
-// uploaded once to every device; a batch is split across the devices, least-loaded first, each part
-// transposed to the limb-major device layout in the pinned buffer, copied, computed and copied back
-// on its device's stream (one host thread per device part, so devices run concurrently).
+// kernels.cuh.
+//
+// Residency: every op returns a *device batch* (DBatch): n elements of L limbs that stay in device
+// memory, limb-major (limb j of 32 neighbouring elements is one coalesced 256-byte load for a warp),
+// split in chunks over the devices.  An op's operand is either such a batch (no copy at all: chained
+// SDK operations never leave the device) or host rows (staged through the device's pinned buffer into
+// its scratch arena and read there element-major by the kernel, so uploads need no transpose).  Only
+// unifl_gpu_batch_download copies back, after a device-side relayout to element-major rows.
+//
+// Devices: found with cudaGetDeviceCount; per device one non-blocking stream, one pinned staging
+// buffer and one scratch arena (grown on demand, reused), and a stream-ordered pool for batch memory
+// (cudaMallocAsync).  A new batch is split over the devices, least-loaded first; an op on batches runs
+// each chunk on the chunk's device (one host thread per device when there are several).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,6 +31,18 @@
 
 using unifl_gpu::Lay;
 using unifl_gpu::u64;
+
+// An operand as the C interface receives it: a device batch, or host rows (element-major, `rows` of
+// them: 1 = one row shared by the whole batch, else one per element) of `limbs` words.  Declared
+// outside the unnamed namespace: a parameter type with internal linkage would give the extern "C"
+// functions internal linkage too.
+struct Operand {
+    void *batch;
+    const u64 *host;
+    long long rows;
+    int limbs;
+};
+
 
 // ------------------------------------------------------------------------------------- kernels
 namespace {
@@ -39,19 +59,19 @@ __device__ __forceinline__ long long instance() {
 }
 
 template <int LM>
-__global__ void k_mul(long long n, const u64 *key, int key_len, u64 *out, const u64 *a, const u64 *b,
-                      Lay lay, int mode) {
+__global__ void k_mul(long long n, const u64 *key, int key_len, u64 *out, Lay lo, const u64 *a, Lay la,
+                      const u64 *b, Lay lb, int mode) {
     const u64 *k = stage_key(key, key_len);
     const long long i = instance();
-    if (i < n) unifl_gpu::body_mul<LM>(i, k, out, a, b, lay, mode);
+    if (i < n) unifl_gpu::body_mul<LM>(i, k, out, lo, a, la, b, lb, mode);
 }
 
 template <int LM>
-__global__ void k_exp(long long n, const u64 *key, int key_len, u64 *out, const u64 *base, Lay lay,
+__global__ void k_exp(long long n, const u64 *key, int key_len, u64 *out, Lay lo, const u64 *base, Lay lb,
                       const u64 *exps, int le, int e_shared, int mode) {
     const u64 *k = stage_key(key, key_len);
     const long long i = instance();
-    if (i < n) unifl_gpu::body_exp<LM>(i, k, out, base, lay, exps, le, e_shared, mode);
+    if (i < n) unifl_gpu::body_exp<LM>(i, k, out, lo, base, lb, exps, le, e_shared, mode);
 }
 
 template <int LM>
@@ -72,10 +92,10 @@ __global__ void k_prod_round(long long n, const u64 *key, int key_len, u64 *scra
 
 template <int LM>
 __global__ void k_encrypt(long long n, const u64 *key, int key_len, u64 *out, Lay lay_2, const u64 *m,
-                          const u64 *r, Lay lay_n) {
+                          Lay lay_m, const u64 *r, Lay lay_r) {
     const u64 *k = stage_key(key, key_len);
     const long long i = instance();
-    if (i < n) unifl_gpu::body_paillier_encrypt<LM>(i, k, out, lay_2, m, r, lay_n);
+    if (i < n) unifl_gpu::body_paillier_encrypt<LM>(i, k, out, lay_2, m, lay_m, r, lay_r);
 }
 
 template <int LM>
@@ -86,6 +106,11 @@ __global__ void k_decrypt(long long n, const u64 *key, int key_len, u64 *out, La
     if (i < n) unifl_gpu::body_paillier_decrypt<LM>(i, k, out, lay_n, c, lay_2);
 }
 
+__global__ void k_relayout(long long n, int L, u64 *dst, Lay ld, const u64 *src, Lay ls) {
+    const long long i = instance();
+    if (i < n) unifl_gpu::body_relayout(i, L, dst, ld, src, ls);
+}
+
 // Threads per block: big local frames (the 16-entry window table) favour smaller blocks at large L.
 inline int block_size(int lmax) { return lmax >= 64 ? 64 : 128; }
 inline unsigned grid_size(long long n, int tpb) { return (unsigned)((n + tpb - 1) / tpb); }
@@ -94,16 +119,18 @@ inline unsigned grid_size(long long n, int tpb) { return (unsigned)((n + tpb - 1
 constexpr int kErrSize = -1;      // a size outside what the kernels are instantiated for
 constexpr int kErrNoDevice = -2;  // no device initialised
 constexpr int kErrAlloc = -3;     // host allocation failed
+constexpr int kErrLayout = -4;    // device batches split differently over the devices
+constexpr int kErrShape = -5;     // an operand's row or limb count does not fit the op
 constexpr int kMaxSharedKey = 48 * 1024;
 
 struct Device {
     int id = 0;
     cudaStream_t stream = nullptr;
-    std::mutex mu;                 // one batch part at a time per device
+    std::mutex mu;                 // one op chunk at a time per device (pinned/arena reuse)
     std::atomic<long long> load{0};
     u64 *pinned = nullptr;         // host staging (cudaHostAlloc)
     size_t pinned_words = 0;
-    u64 *arena = nullptr;          // device buffers
+    u64 *arena = nullptr;          // device scratch for staged host operands
     size_t arena_words = 0;
 
     cudaError_t reserve(size_t host_words, size_t dev_words) {
@@ -173,12 +200,13 @@ struct Part {
 };
 
 // Split n elements over the devices, least-loaded first (equal parts; a device's load is the number
-// of elements it has in flight from every caller).
-std::vector<Part> plan(long long n) {
+// of elements it has in flight from every caller).  max_parts 1: the whole batch on one device.
+std::vector<Part> plan(long long n, long long max_parts = 1 << 30) {
     std::vector<Device *> order(g_devices);
     std::stable_sort(order.begin(), order.end(),
                      [](Device *a, Device *b) { return a->load.load() < b->load.load(); });
-    const long long parts = std::min<long long>((long long)order.size(), std::max<long long>(n, 1));
+    const long long parts =
+        std::min<long long>(std::min<long long>((long long)order.size(), max_parts), std::max<long long>(n, 1));
     const long long each = (n + parts - 1) / parts;
     std::vector<Part> out;
     for (long long p = 0, lo = 0; p < parts && lo < n; ++p, lo += each)
@@ -186,45 +214,196 @@ std::vector<Part> plan(long long n) {
     return out;
 }
 
-// Runs fn(part) for every part, one host thread per device; returns the first error.
+// Runs fn(p) for every part p, on the part's device with its mutex held; one host thread per part
+// when there are several (devices run concurrently); returns the first error.
 template <class F>
-int run_parts(long long n, F fn) {
-    std::vector<Part> parts = plan(n);
+int run_on(std::vector<Part> &parts, F fn) {
     std::vector<int> errs(parts.size(), 0);
-    std::vector<std::thread> threads;
-    for (size_t p = 0; p < parts.size(); ++p) {
-        threads.emplace_back([&, p]() {
-            Part &pt = parts[p];
-            std::lock_guard<std::mutex> lock(pt.dev->mu);
-            pt.dev->load += pt.hi - pt.lo;
-            cudaError_t e = cudaSetDevice(pt.dev->id);
-            errs[p] = e ? (int)e : fn(pt);
-            pt.dev->load -= pt.hi - pt.lo;
-        });
+    auto one = [&](size_t p) {
+        Part &pt = parts[p];
+        std::lock_guard<std::mutex> lock(pt.dev->mu);
+        pt.dev->load += pt.hi - pt.lo;
+        cudaError_t e = cudaSetDevice(pt.dev->id);
+        errs[p] = e ? (int)e : fn(p);
+        pt.dev->load -= pt.hi - pt.lo;
+    };
+    if (parts.size() == 1) {
+        one(0);
+    } else {
+        std::vector<std::thread> threads;
+        for (size_t p = 0; p < parts.size(); ++p) threads.emplace_back(one, p);
+        for (auto &t : threads) t.join();
     }
-    for (auto &t : threads) t.join();
     for (int e : errs)
         if (e) return e;
     return 0;
 }
 
-// element-major rows [lo, hi) of src (L limbs) -> limb-major dst (stride cnt), and back
-void to_soa(u64 *dst, const u64 *src, long long lo, long long hi, int L) {
-    const long long cnt = hi - lo;
-    for (long long i = 0; i < cnt; ++i)
-        for (int j = 0; j < L; ++j) dst[j * cnt + i] = src[(lo + i) * L + j];
-}
-
-void from_soa(u64 *dst, const u64 *src, long long lo, long long hi, int L) {
-    const long long cnt = hi - lo;
-    for (long long i = 0; i < cnt; ++i)
-        for (int j = 0; j < L; ++j) dst[(lo + i) * L + j] = src[j * cnt + i];
+// The host-array path of the optional CGBN build: fn(part) per device part of n elements.
+template <class F>
+int run_parts(long long n, F fn) {
+    std::vector<Part> parts = plan(n);
+    return run_on(parts, [&](size_t p) { return fn(parts[p]); });
 }
 
 int finish(Device &d) {
     cudaError_t e = cudaGetLastError();
     if (e) return (int)e;
     return (int)cudaStreamSynchronize(d.stream);
+}
+
+// ---- device batches
+struct Chunk {
+    Device *dev;
+    long long lo, hi;
+    u64 *ptr = nullptr;  // limb-major: limb j of element lo + i at ptr[j·(hi − lo) + i]
+};
+
+struct DBatch {
+    long long n = 0;
+    int L = 0;
+    std::vector<Chunk> chunks;
+};
+
+Lay limb_major(const Chunk &c) { return Lay{1, c.hi - c.lo}; }
+
+void free_batch(DBatch *b) {
+    if (!b) return;
+    for (Chunk &c : b->chunks)
+        if (c.ptr) {
+            cudaSetDevice(c.dev->id);
+            cudaFreeAsync(c.ptr, c.dev->stream);
+        }
+    delete b;
+}
+
+
+// The chunking an op runs with: that of its first device-batch operand, else a fresh plan.
+std::vector<Part> parts_of(const DBatch *b) {
+    std::vector<Part> out;
+    for (const Chunk &c : b->chunks) out.push_back(Part{c.dev, c.lo, c.hi});
+    return out;
+}
+
+bool same_split(const DBatch *b, const std::vector<Part> &parts) {
+    if (b->chunks.size() != parts.size()) return false;
+    for (size_t p = 0; p < parts.size(); ++p)
+        if (b->chunks[p].dev != parts[p].dev || b->chunks[p].lo != parts[p].lo || b->chunks[p].hi != parts[p].hi)
+            return false;
+    return true;
+}
+
+// Host operands of one chunk staged into the device arena: one memcpy into pinned memory and one
+// host-to-device copy for all of them; each then reads element-major (Lay{limbs, 1}) or, for a shared
+// row, Lay{0, 1}.
+struct Staged {
+    const u64 *ptr;
+    Lay lay;
+};
+
+int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vector<Staged> &out,
+          size_t extra_dev_words = 0) {
+    const long long cnt = pt.hi - pt.lo;
+    size_t total = 0;
+    for (const Operand *o : ops) total += size_t(o->rows == 1 ? 1 : cnt) * o->limbs;
+    cudaError_t e = d.reserve(std::max<size_t>(total, 1), total + extra_dev_words + 1);
+    if (e) return (int)e;
+    size_t off = 0;
+    out.clear();
+    for (const Operand *o : ops) {
+        const size_t rows = o->rows == 1 ? 1 : size_t(cnt);
+        const u64 *src = o->host + (o->rows == 1 ? 0 : pt.lo * (long long)o->limbs);
+        std::memcpy(d.pinned + off, src, rows * o->limbs * 8);
+        Staged s;
+        s.ptr = d.arena + off;
+        s.lay.se = o->rows == 1 ? 0 : o->limbs;   // (a conditional of two Lay{...} crashes cicc 13.0)
+        s.lay.sl = 1;
+        out.push_back(s);
+        off += rows * o->limbs;
+    }
+    if (total && (e = cudaMemcpyAsync(d.arena, d.pinned, total * 8, cudaMemcpyHostToDevice, d.stream)))
+        return (int)e;
+    return 0;
+}
+
+// Checks an operand against the op's element count, limb width and chunking; a batch operand gives
+// its chunk pointer directly.
+int check_operand(const Operand &o, long long n, int limbs, const std::vector<Part> &parts) {
+    if (o.batch) {
+        const DBatch *b = (const DBatch *)o.batch;
+        if (b->n != n || b->L != limbs) return kErrShape;
+        return same_split(b, parts) ? 0 : kErrLayout;
+    }
+    if (!o.host || (o.rows != 1 && o.rows != n) || o.limbs != limbs) return kErrShape;
+    return 0;
+}
+
+// Allocates the output batch (limbs per element) with the op's chunking.
+DBatch *new_batch(long long n, int L, const std::vector<Part> &parts) {
+    DBatch *b = new (std::nothrow) DBatch();
+    if (!b) return nullptr;
+    b->n = n;
+    b->L = L;
+    for (const Part &p : parts) b->chunks.push_back(Chunk{p.dev, p.lo, p.hi, nullptr});
+    return b;
+}
+
+int alloc_chunk(Chunk &c, int L) {
+    return (int)cudaMallocAsync((void **)&c.ptr, size_t(c.hi - c.lo) * L * 8 + 8, c.dev->stream);
+}
+
+// Runs an op: chunking from the first batch operand (or a fresh plan of n), every operand checked,
+// the output allocated, fn(part index, output chunk) per chunk; *out set only on success.
+template <class F>
+int run_op(long long n, std::vector<const Operand *> inputs, std::vector<int> widths, int out_L, void **out,
+           F fn) {
+    *out = nullptr;
+    int e = ensure_init();
+    if (e) return e;
+    if (n <= 0) return kErrShape;
+    std::vector<Part> parts;
+    for (const Operand *o : inputs)
+        if (o->batch) {
+            parts = parts_of((const DBatch *)o->batch);
+            break;
+        }
+    if (parts.empty()) parts = plan(n);
+    for (size_t j = 0; j < inputs.size(); ++j)
+        if ((e = check_operand(*inputs[j], n, widths[j], parts))) return e;
+    DBatch *res = new_batch(n, out_L, parts);
+    if (!res) return kErrAlloc;
+    e = run_on(parts, [&](size_t p) -> int {
+        int r = alloc_chunk(res->chunks[p], out_L);
+        return r ? r : fn(p, parts[p], res->chunks[p]);
+    });
+    if (e) {
+        free_batch(res);
+        return e;
+    }
+    *out = res;
+    return 0;
+}
+
+// The pointer and layout of operand o for chunk p: its own chunk, or its staged host rows.
+struct View {
+    const u64 *ptr;
+    Lay lay;
+};
+
+View view_of(const Operand &o, size_t p, const std::vector<Staged> &staged, size_t &next_staged) {
+    if (o.batch) {
+        const Chunk &c = ((const DBatch *)o.batch)->chunks[p];
+        return View{c.ptr, limb_major(c)};
+    }
+    const Staged &s = staged[next_staged++];
+    return View{s.ptr, s.lay};
+}
+
+std::vector<const Operand *> host_ones(std::vector<const Operand *> ops) {
+    std::vector<const Operand *> out;
+    for (const Operand *o : ops)
+        if (!o->batch) out.push_back(o);
+    return out;
 }
 
 }  // namespace
@@ -245,6 +424,8 @@ const char *unifl_gpu_error_string(int err) {
     if (err == kErrSize) return "operand size outside the instantiated kernels (up to 8192 bits)";
     if (err == kErrNoDevice) return "no CUDA device";
     if (err == kErrAlloc) return "host allocation failed";
+    if (err == kErrLayout) return "device batches are split differently over the devices";
+    if (err == kErrShape) return "operand rows or limbs do not fit the operation";
     return cudaGetErrorString((cudaError_t)err);
 }
 
@@ -300,91 +481,166 @@ void unifl_gpu_key_free(void *handle) {
     delete k;
 }
 
-// out = a·b·R^-1 (mode 0) or a·b mod m (mode 1); a, b, out: (n, L) element-major host arrays.
-int unifl_gpu_mul(void *key, const u64 *a, const u64 *b, u64 *out, long long n, int mode) {
-    Key &k = *(Key *)key;
-    const int L = (int)k.host[1];
-    const int kl = (int)k.host.size();
-    return run_parts(n, [&](Part &pt) -> int {
-        Device &d = *pt.dev;
-        const long long cnt = pt.hi - pt.lo;
+// ---- device batches: upload, download, shape, free
+// rows (n, L) element-major host -> a new device batch, split like `like` (a batch of n elements)
+// or over the devices (like == null; single: on one device).
+int unifl_gpu_batch_upload(const u64 *host, long long n, int L, void *like, int single, void **out) {
+    Operand src{nullptr, host, n, L};
+    *out = nullptr;
+    int e = ensure_init();
+    if (e) return e;
+    if (n <= 0 || L <= 0) return kErrShape;
+    std::vector<Part> parts = like ? parts_of((const DBatch *)like) : plan(n, single ? 1 : 1 << 30);
+    if (like && ((const DBatch *)like)->n != n) return kErrShape;
+    DBatch *res = new_batch(n, L, parts);
+    if (!res) return kErrAlloc;
+    e = run_on(parts, [&](size_t p) -> int {
+        Chunk &c = res->chunks[p];
+        Device &d = *c.dev;
+        std::vector<Staged> st;
+        int r = alloc_chunk(c, L);
+        if (!r) r = stage(d, parts[p], {&src}, st);
+        if (r) return r;
+        const long long cnt = c.hi - c.lo;
+        k_relayout<<<grid_size(cnt, 256), 256, 0, d.stream>>>(cnt, L, c.ptr, limb_major(c), st[0].ptr, st[0].lay);
+        return finish(d);
+    });
+    if (e) {
+        free_batch(res);
+        return e;
+    }
+    *out = res;
+    return 0;
+}
+
+// device batch -> (n, L) element-major host rows (relayout on the device, then one copy per chunk).
+int unifl_gpu_batch_download(void *batch, u64 *host) {
+    DBatch *b = (DBatch *)batch;
+    std::vector<Part> parts = parts_of(b);
+    const int L = b->L;
+    return run_on(parts, [&](size_t p) -> int {
+        Chunk &c = b->chunks[p];
+        Device &d = *c.dev;
+        const long long cnt = c.hi - c.lo;
         const size_t w = size_t(cnt) * L;
-        cudaError_t e = d.reserve(3 * w, 3 * w);
+        cudaError_t e = d.reserve(w, w);
         if (e) return (int)e;
-        to_soa(d.pinned, a, pt.lo, pt.hi, L);
-        to_soa(d.pinned + w, b, pt.lo, pt.hi, L);
-        if ((e = cudaMemcpyAsync(d.arena, d.pinned, 2 * w * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
-        const u64 *kd = k.dev[d.id];
-        const Lay lay{1, cnt};
-        const bool ok = UNIFL_WITH_LMAX(k.lmax, {
-            const int tpb = block_size(LM);
-            k_mul<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, d.arena + 2 * w, d.arena,
-                                                                      d.arena + w, lay, mode);
-        });
-        if (!ok) return kErrSize;
-        if ((e = cudaMemcpyAsync(d.pinned + 2 * w, d.arena + 2 * w, w * 8, cudaMemcpyDeviceToHost, d.stream)))
-            return (int)e;
+        k_relayout<<<grid_size(cnt, 256), 256, 0, d.stream>>>(cnt, L, d.arena, Lay{L, 1}, c.ptr, limb_major(c));
+        if ((e = cudaMemcpyAsync(d.pinned, d.arena, w * 8, cudaMemcpyDeviceToHost, d.stream))) return (int)e;
         int r = finish(d);
-        if (!r) from_soa(out, d.pinned + 2 * w, pt.lo, pt.hi, L);
+        if (!r) std::memcpy(host + c.lo * (long long)L, d.pinned, w * 8);
         return r;
     });
 }
 
-// out = base^e (mode 1: plain in/out) or x̄^e in the domain (mode 0); exps (n|1, le) element-major.
-int unifl_gpu_exp(void *key, const u64 *base, const u64 *exps, int le, int e_shared, u64 *out, long long n,
-                  int mode) {
+// n, L and the number of chunks (devices) of a batch.
+void unifl_gpu_batch_shape(void *batch, long long *n, int *L, int *chunks) {
+    const DBatch *b = (const DBatch *)batch;
+    *n = b->n;
+    *L = b->L;
+    *chunks = (int)b->chunks.size();
+}
+
+void unifl_gpu_batch_free(void *batch) { free_batch((DBatch *)batch); }
+
+// ---- ops: every result is a new device batch (*out)
+// out = a·b·R^-1 (mode 0) or a·b mod m (mode 1); b may be one shared host row.
+int unifl_gpu_mul(void *key, Operand a, Operand b, long long n, int mode, void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
-    return run_parts(n, [&](Part &pt) -> int {
+    return run_op(n, {&a, &b}, {L, L}, L, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
         Device &d = *pt.dev;
+        std::vector<Staged> st;
+        int r = stage(d, pt, host_ones({&a, &b}), st);
+        if (r) return r;
+        size_t ns = 0;
+        const View va = view_of(a, p, st, ns), vb = view_of(b, p, st, ns);
         const long long cnt = pt.hi - pt.lo;
-        const size_t w = size_t(cnt) * L;
-        const size_t we = size_t(e_shared ? 1 : cnt) * le;
-        cudaError_t e = d.reserve(2 * w + we, 2 * w + we);
-        if (e) return (int)e;
-        to_soa(d.pinned, base, pt.lo, pt.hi, L);
-        std::memcpy(d.pinned + w, exps + (e_shared ? 0 : pt.lo * le), we * 8);
-        if ((e = cudaMemcpyAsync(d.arena, d.pinned, (w + we) * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
         const u64 *kd = k.dev[d.id];
-        const Lay lay{1, cnt};
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            k_exp<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, d.arena + w + we, d.arena,
-                                                                      lay, d.arena + w, le, e_shared, mode);
+            k_mul<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, o.ptr, limb_major(o), va.ptr,
+                                                                      va.lay, vb.ptr, vb.lay, mode);
         });
-        if (!ok) return kErrSize;
-        if ((e = cudaMemcpyAsync(d.pinned + w + we, d.arena + w + we, w * 8, cudaMemcpyDeviceToHost, d.stream)))
-            return (int)e;
-        int r = finish(d);
-        if (!r) from_soa(out, d.pinned + w + we, pt.lo, pt.hi, L);
-        return r;
+        return ok ? finish(d) : kErrSize;
     });
 }
 
-// out[kk] = prod_i bases_i^exps[kk, i] (Montgomery form), kk < K; split over kk across devices.
-int unifl_gpu_multi_exp(void *key, const u64 *bases, long long N, const u64 *exps, long long K, int le,
-                        u64 *out) {
+// out = base^e (mode 1: plain in/out) or x̄^e in the domain (mode 0); exps: host rows (n|1, le).
+int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
-    if (N <= 0) return kErrSize;
-    return run_parts(K, [&](Part &pt) -> int {
+    if (exps.batch) return kErrShape;
+    return run_op(n, {&base, &exps}, {L, exps.limbs}, L, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
         Device &d = *pt.dev;
+        std::vector<Staged> st;
+        int r = stage(d, pt, host_ones({&base, &exps}), st);
+        if (r) return r;
+        size_t ns = 0;
+        const View vb = view_of(base, p, st, ns), ve = view_of(exps, p, st, ns);
+        const long long cnt = pt.hi - pt.lo;
+        const u64 *kd = k.dev[d.id];
+        const int shared = exps.rows == 1 && n != 1;
+        const bool ok = UNIFL_WITH_LMAX(k.lmax, {
+            const int tpb = block_size(LM);
+            k_exp<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, o.ptr, limb_major(o), vb.ptr,
+                                                                      vb.lay, ve.ptr, exps.limbs, shared, mode);
+        });
+        return ok ? finish(d) : kErrSize;
+    });
+}
+
+// out[kk] = prod_i bases_i^exps[kk, i] (Montgomery form), kk < K (UniFL Alg. 5).  exps: host
+// (K, N, le).  Host bases: K split over the devices, every part stages all N bases.  Batch bases
+// (one chunk): on that chunk's device; several chunks: kErrLayout (the caller fetches them).
+int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, long long K, int le,
+                        void **out) {
+    Key &k = *(Key *)key;
+    const int L = (int)k.host[1];
+    const int kl = (int)k.host.size();
+    *out = nullptr;
+    int e0 = ensure_init();
+    if (e0) return e0;
+    if (N <= 0 || K <= 0) return kErrShape;
+    std::vector<Part> parts;
+    if (bases.batch) {
+        const DBatch *b = (const DBatch *)bases.batch;
+        if (b->n != N || b->L != L) return kErrShape;
+        if (b->chunks.size() != 1) return kErrLayout;
+        parts.push_back(Part{b->chunks[0].dev, 0, K});
+    } else {
+        if (!bases.host || bases.rows != N || bases.limbs != L) return kErrShape;
+        parts = plan(K);
+    }
+    DBatch *res = new_batch(K, L, parts);
+    if (!res) return kErrAlloc;
+    int e = run_on(parts, [&](size_t p) -> int {
+        Part &pt = parts[p];
+        Device &d = *pt.dev;
+        Chunk &o = res->chunks[p];
+        int r = alloc_chunk(o, L);
+        if (r) return r;
         const long long rows = pt.hi - pt.lo, S = rows * N;
-        const size_t wb = size_t(N) * L, we = size_t(S) * le, ws = size_t(S) * L, wo = size_t(rows) * L;
-        cudaError_t e = d.reserve(wb + we + wo, wb + we + ws);
-        if (e) return (int)e;
-        to_soa(d.pinned, bases, 0, N, L);
-        std::memcpy(d.pinned + wb, exps + pt.lo * N * le, we * 8);
-        if ((e = cudaMemcpyAsync(d.arena, d.pinned, (wb + we) * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
+        // staged: the exponents of rows [lo, hi) and (host bases) all N bases, as one part of N·rows
+        Operand ex{nullptr, exps + pt.lo * N * le, 1, int(S * le)};
+        Operand hb{nullptr, bases.host, 1, int(N * L)};
+        std::vector<Staged> st;
+        std::vector<const Operand *> hs{&ex};
+        if (!bases.batch) hs.push_back(&hb);
+        const size_t ws = size_t(S) * L;
+        r = stage(d, pt, hs, st, ws);
+        if (r) return r;
+        const u64 *bptr = bases.batch ? ((const DBatch *)bases.batch)->chunks[0].ptr : st[1].ptr;
+        const Lay lay_b = bases.batch ? Lay{1, N} : Lay{L, 1};
+        u64 *scratch = d.arena + size_t(S) * le + (bases.batch ? 0 : size_t(N) * L);
+        const Lay lay_s{1, S};
         const u64 *kd = k.dev[d.id];
-        u64 *scratch = d.arena + wb + we;
-        const Lay lay_b{1, N}, lay_s{1, S};
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            k_powers<LM><<<grid_size(S, tpb), tpb, kl * 8, d.stream>>>(S, kd, kl, scratch, lay_s, d.arena, lay_b,
-                                                                       d.arena + wb, le, N);
+            k_powers<LM><<<grid_size(S, tpb), tpb, kl * 8, d.stream>>>(S, kd, kl, scratch, lay_s, bptr, lay_b,
+                                                                       st[0].ptr, le, N);
             for (long long cnt = N; cnt > 1; cnt = (cnt + 1) / 2) {
                 const long long inst = rows * (cnt - (cnt + 1) / 2);
                 k_prod_round<LM><<<grid_size(inst, tpb), tpb, kl * 8, d.stream>>>(inst, kd, kl, scratch, lay_s,
@@ -392,79 +648,63 @@ int unifl_gpu_multi_exp(void *key, const u64 *bases, long long N, const u64 *exp
             }
         });
         if (!ok) return kErrSize;
-        // element kk·N of the limb-major scratch, for every limb: a strided 2-D copy per limb
-        u64 *host_out = d.pinned + wb + we;
-        for (int j = 0; j < L; ++j) {
-            if ((e = cudaMemcpy2DAsync(host_out + size_t(j) * rows, 8, scratch + size_t(j) * S, size_t(N) * 8, 8,
-                                       (size_t)rows, cudaMemcpyDeviceToHost, d.stream)))
-                return (int)e;
-        }
-        int r = finish(d);
-        if (!r) from_soa(out, host_out, pt.lo, pt.hi, L);
-        return r;
+        // element kk·N of the scratch is row kk's product: gather them into the output chunk
+        k_relayout<<<grid_size(rows, 256), 256, 0, d.stream>>>(rows, L, o.ptr, limb_major(o), scratch, Lay{N, S});
+        return finish(d);
     });
+    if (e) {
+        free_batch(res);
+        return e;
+    }
+    *out = res;
+    return 0;
 }
 
 // Fused Paillier encryption (Alg. 4): m, r (n, Ln); out (n, L2), Montgomery form mod n².
-int unifl_gpu_paillier_encrypt(void *pub, const u64 *m, const u64 *r, u64 *out, long long n) {
+int unifl_gpu_paillier_encrypt(void *pub, Operand m, Operand r, long long n, void **out) {
     Key &k = *(Key *)pub;
     const unifl_gpu::PubKey pk = unifl_gpu::parse_pub(k.host.data());
     const int Ln = pk.Ln, L2 = pk.n2.L;
     const int kl = (int)k.host.size();
-    return run_parts(n, [&](Part &pt) -> int {
+    return run_op(n, {&m, &r}, {Ln, Ln}, L2, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
         Device &d = *pt.dev;
+        std::vector<Staged> st;
+        int res = stage(d, pt, host_ones({&m, &r}), st);
+        if (res) return res;
+        size_t ns = 0;
+        const View vm = view_of(m, p, st, ns), vr = view_of(r, p, st, ns);
         const long long cnt = pt.hi - pt.lo;
-        const size_t wn = size_t(cnt) * Ln, w2 = size_t(cnt) * L2;
-        cudaError_t e = d.reserve(2 * wn + w2, 2 * wn + w2);
-        if (e) return (int)e;
-        to_soa(d.pinned, m, pt.lo, pt.hi, Ln);
-        to_soa(d.pinned + wn, r, pt.lo, pt.hi, Ln);
-        if ((e = cudaMemcpyAsync(d.arena, d.pinned, 2 * wn * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
         const u64 *kd = k.dev[d.id];
-        const Lay lay_n{1, cnt};
-        const Lay lay_2{1, cnt};
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            k_encrypt<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, d.arena + 2 * wn, lay_2,
-                                                                          d.arena, d.arena + wn, lay_n);
+            k_encrypt<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, o.ptr, limb_major(o),
+                                                                          vm.ptr, vm.lay, vr.ptr, vr.lay);
         });
-        if (!ok) return kErrSize;
-        if ((e = cudaMemcpyAsync(d.pinned + 2 * wn, d.arena + 2 * wn, w2 * 8, cudaMemcpyDeviceToHost, d.stream)))
-            return (int)e;
-        int res = finish(d);
-        if (!res) from_soa(out, d.pinned + 2 * wn, pt.lo, pt.hi, L2);
-        return res;
+        return ok ? finish(d) : kErrSize;
     });
 }
 
 // CRT decryption: c (n, L2) Montgomery form mod n² -> m (n, Ln).
-int unifl_gpu_paillier_decrypt(void *priv, const u64 *c, u64 *out, long long n) {
+int unifl_gpu_paillier_decrypt(void *priv, Operand c, long long n, void **out) {
     Key &k = *(Key *)priv;
     const unifl_gpu::PrivKey sk = unifl_gpu::parse_priv(k.host.data());
     const int Ln = sk.Ln, L2 = sk.L2;
     const int kl = (int)k.host.size();
-    return run_parts(n, [&](Part &pt) -> int {
+    return run_op(n, {&c}, {L2}, Ln, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
         Device &d = *pt.dev;
+        std::vector<Staged> st;
+        int res = stage(d, pt, host_ones({&c}), st);
+        if (res) return res;
+        size_t ns = 0;
+        const View vc = view_of(c, p, st, ns);
         const long long cnt = pt.hi - pt.lo;
-        const size_t wn = size_t(cnt) * Ln, w2 = size_t(cnt) * L2;
-        cudaError_t e = d.reserve(w2 + wn, w2 + wn);
-        if (e) return (int)e;
-        to_soa(d.pinned, c, pt.lo, pt.hi, L2);
-        if ((e = cudaMemcpyAsync(d.arena, d.pinned, w2 * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
         const u64 *kd = k.dev[d.id];
-        const Lay lay_n{1, cnt};
-        const Lay lay_2{1, cnt};
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            k_decrypt<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, d.arena + w2, lay_n,
-                                                                          d.arena, lay_2);
+            k_decrypt<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, o.ptr, limb_major(o),
+                                                                          vc.ptr, vc.lay);
         });
-        if (!ok) return kErrSize;
-        if ((e = cudaMemcpyAsync(d.pinned + w2, d.arena + w2, wn * 8, cudaMemcpyDeviceToHost, d.stream)))
-            return (int)e;
-        int res = finish(d);
-        if (!res) from_soa(out, d.pinned + w2, pt.lo, pt.hi, Ln);
-        return res;
+        return ok ? finish(d) : kErrSize;
     });
 }
 

@@ -148,48 +148,54 @@ enum MulMode { kMontMul = 0, kModMul = 1 };
 enum ExpMode { kMontExp = 0, kModExp = 1 };
 
 // out_i = a_i·b_i·R^-1 mod m (kMontMul) or a_i·b_i mod m (kModMul: one more MontMult by R²).
+// Each operand has its own layout (a shared row is Lay{0, 1}).
 template <int LMAX>
-UNIFL_HD void body_mul(long long i, const u64 *key, u64 *out, const u64 *a, const u64 *b, Lay lay,
-                       int mode) {
+UNIFL_HD void body_mul(long long i, const u64 *key, u64 *out, Lay lay_o, const u64 *a, Lay lay_a,
+                       const u64 *b, Lay lay_b, int mode) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     u64 x[LMAX], y[LMAX];
-    load(x, a, lay, i, k.L);
-    load(y, b, lay, i, k.L);
+    load(x, a, lay_a, i, k.L);
+    load(y, b, lay_b, i, k.L);
     mm<LMAX>(x, x, y, k);
     if (mode == kModMul) to_mont<LMAX>(x, x, k);
-    store(out, x, lay, i, k.L);
+    store(out, x, lay_o, i, k.L);
+}
+
+// dst_i = src_i, L limbs, from one layout to another (device-side transposes for fetches and uploads).
+UNIFL_HD void body_relayout(long long i, int L, u64 *dst, Lay lay_d, const u64 *src, Lay lay_s) {
+    for (int j = 0; j < L; ++j) dst[i * lay_d.se + j * lay_d.sl] = src[i * lay_s.se + j * lay_s.sl];
 }
 
 // kMontExp: out_i = x_i^e_i·R for x̄_i in the domain.  kModExp: out_i = x_i^e_i mod m, plain in and
 // out (enters and leaves the domain once).  exps: element-major (N|1, Le); e_shared: one row for all.
 template <int LMAX>
-UNIFL_HD void body_exp(long long i, const u64 *key, u64 *out, const u64 *base, Lay lay,
+UNIFL_HD void body_exp(long long i, const u64 *key, u64 *out, Lay lay_o, const u64 *base, Lay lay_b,
                        const u64 *exps, int Le, int e_shared, int mode) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     u64 x[LMAX];
-    load(x, base, lay, i, k.L);
+    load(x, base, lay_b, i, k.L);
     if (mode == kModExp) to_mont<LMAX>(x, x, k);
     mont_exp<LMAX>(x, x, exps + (e_shared ? 0 : i * (long long)Le), Le, k);
     if (mode == kModExp) from_mont<LMAX>(x, x, k);
-    store(out, x, lay, i, k.L);
+    store(out, x, lay_o, i, k.L);
 }
 
 // Fused Paillier encryption (UniFL Alg. 4): c̄_i = (1 + m_i·n)·r_i^n·R mod n², Montgomery form.
 // r and g = 1 + m·n enter the domain once each; the result stays in it (the SDK keeps ciphertexts
-// in Montgomery form).  m, r: Ln limbs (lay_n); out: L2 limbs (lay_2).
+// in Montgomery form).  m (lay_m), r (lay_r): Ln limbs; out: L2 limbs (lay_2).
 template <int LMAX>
 UNIFL_HD void body_paillier_encrypt(long long i, const u64 *key, u64 *out, Lay lay_2, const u64 *m,
-                                    const u64 *r, Lay lay_n) {
+                                    Lay lay_m, const u64 *r, Lay lay_r) {
     const PubKey k = parse_pub(key);
     const int L2 = k.n2.L;
     u64 t[LMAX], g[LMAX], v[LMAX];
     set_zero(v, L2);
-    load(v, r, lay_n, i, k.Ln);
+    load(v, r, lay_r, i, k.Ln);
     to_mont<LMAX>(v, v, k.n2);                        // r̄ = r·R mod n²
     mont_exp<LMAX>(t, v, k.n, k.Ln, k.n2);            // r^n·R
-    load(v, m, lay_n, i, k.Ln);
+    load(v, m, lay_m, i, k.Ln);
     mul_low(g, L2, v, k.Ln, k.n, k.Ln);               // m·n < n², fits L2 limbs
     for (int j = 0; j < L2; ++j) {                    // + 1, m·n + 1 < n²
         if (++g[j] != 0) break;
