@@ -8,7 +8,7 @@
 # One log ($OUT/checks.log) and the benches' JSON/PNG go to $OUT (default bench/results/gpu-run).  Steps are independent: a failing
 # one is reported and the next one still runs; the exit status is that of the first failure.
 #
-#   bash bench/gpu_checks.sh [quick]
+#   bash bench/gpu_checks.sh [quick|full]     (full: also `unifl bench`)
 set -u
 OUT=${OUT:-bench/results/gpu-run}
 mkdir -p "$OUT"
@@ -40,7 +40,13 @@ step test_equivalence_gpu 500 "$PY" -m pytest -q -rs -p no:cacheprovider tests/t
 if [ "$QUICK" = quick ]; then
     step bench_gpu 300 "$PY" bench/bench_gpu.py --quick --json "$OUT/bench_gpu.json"
 else
+    for w in 0 8192 16384 32768 default; do
+        if [ $w = default ]; then step waves 200 "$PY" bench/bench_gpu_waves.py
+        else step waves 200 env UNIFL_GPU_WAVE=$w "$PY" bench/bench_gpu_waves.py; fi
+    done
     step bench_gpu 500 "$PY" bench/bench_gpu.py --json "$OUT/bench_gpu.json" --plot "$OUT/gpu_sweep.png"
+fi
+if [ "$QUICK" = full ]; then
     step unifl_bench 500 "$PY" -m unifl bench --suite table2 --suite ops \
         --backend gpu --backend native --out "$OUT"
 fi
