@@ -73,38 +73,34 @@ class KernelBackend(Backend):
                                f"{64 * keys.MAX_LIMBS} bits, got {ctx.bits}")
         return self._key(ctx, keys.ctx_blob, KIND_CTX)
 
-    # ---- base_op / mod_op
-    def _c(self, a):
-        """An operand as the engine takes it (``own_batch``: device batches and shared-row views
-        pass through on the gpu; contiguous host arrays otherwise)."""
-        return self.own_batch(a)
-
+    # ---- base_op / mod_op: operands through own_batch (device batches and shared-row views pass
+    # through on the gpu; contiguous host arrays otherwise); exponents always as host arrays (_c)
     def op_mont_mul(self, ctx, a, b):
-        return self.engine.mul(self._ctx(ctx), self._c(a), self._c(b), MONT_MUL)
+        return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MONT_MUL)
 
     def op_mod_mul(self, ctx, a, b):
-        return self.engine.mul(self._ctx(ctx), self._c(a), self._c(b), MOD_MUL)
+        return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MOD_MUL)
 
     def op_mont_exp(self, ctx, base_mont, exps):
-        return self.engine.exp(self._ctx(ctx), self._c(base_mont), _c(exps), MONT_EXP)
+        return self.engine.exp(self._ctx(ctx), self.own_batch(base_mont), _c(exps), MONT_EXP)
 
     def op_mod_exp(self, ctx, base, exps):
-        return self.engine.exp(self._ctx(ctx), self._c(base), _c(exps), MOD_EXP)
+        return self.engine.exp(self._ctx(ctx), self.own_batch(base), _c(exps), MOD_EXP)
 
     def op_mont_multi_exp(self, ctx, bases_mont, exps):
-        return self.engine.multi_exp(self._ctx(ctx), self._c(bases_mont), _c(exps))
+        return self.engine.multi_exp(self._ctx(ctx), self.own_batch(bases_mont), _c(exps))
 
     # ---- fused Paillier
     def op_paillier_encrypt(self, pk, m, r):
         if pk.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
                                f"{32 * keys.MAX_LIMBS} bits")
-        return self.engine.paillier_encrypt(self._key(pk, keys.pub_blob, KIND_PUB), self._c(m),
-                                            self._c(r))
+        return self.engine.paillier_encrypt(self._key(pk, keys.pub_blob, KIND_PUB), self.own_batch(m),
+                                            self.own_batch(r))
 
     def op_paillier_decrypt(self, sk, c_mont):
         if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
                                f"{32 * keys.MAX_LIMBS} bits")
         return self.engine.paillier_decrypt(self._key(sk, keys.priv_blob, KIND_PRIV),
-                                            self._c(c_mont))
+                                            self.own_batch(c_mont))

@@ -72,7 +72,7 @@ def load_library() -> ctypes.CDLL:
         lib.unifl_gpu_key_free.restype = None
         vpp = ctypes.POINTER(ctypes.c_void_p)
         lib.unifl_gpu_batch_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int,
-                                               ctypes.c_void_p, ctypes.c_int, vpp]
+                                               ctypes.c_void_p, vpp]
         lib.unifl_gpu_batch_download.argtypes = [ctypes.c_void_p, _u64p]
         lib.unifl_gpu_batch_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong),
                                               ctypes.POINTER(ctypes.c_int),
@@ -174,10 +174,6 @@ class DeviceKey:
             self.handle = None
 
 
-class _LayoutClash(Exception):
-    """Device batches of one op are split differently over the GPUs (C: kErrLayout)."""
-
-
 def _check(lib: ctypes.CDLL, err: int) -> None:
     if err == ERR_SIZE:
         raise OperandError(error_string(lib, err))
@@ -198,14 +194,13 @@ class CudaEngine:
     def holds(self, x) -> bool:
         return isinstance(x, GpuBatch) and x._lib is self.lib and bool(x.handle)
 
-    def upload(self, a: np.ndarray, like: GpuBatch | None = None, single: bool = False
-               ) -> GpuBatch:
+    def upload(self, a: np.ndarray, like: GpuBatch | None = None) -> GpuBatch:
         """Host rows to a new device batch (split like ``like``, or over the devices)."""
         a = np.ascontiguousarray(a, dtype=np.uint64)
         h = ctypes.c_void_p()
         _check(self.lib, self.lib.unifl_gpu_batch_upload(
             _ptr(a), a.shape[0], a.shape[1], like.handle if like is not None else None,
-            int(single), ctypes.byref(h)))
+            ctypes.byref(h)))
         return GpuBatch(self.lib, h)
 
     def _operand(self, x, keep: list) -> Operand:

@@ -224,13 +224,12 @@ struct Part {
 };
 
 // Split n elements over the devices, least-loaded first (equal parts; a device's load is the number
-// of elements it has in flight from every caller).  max_parts 1: the whole batch on one device.
-std::vector<Part> plan(long long n, long long max_parts = 1 << 30) {
+// of elements it has in flight from every caller).
+std::vector<Part> plan(long long n) {
     std::vector<Device *> order(g_devices);
     std::stable_sort(order.begin(), order.end(),
                      [](Device *a, Device *b) { return a->load.load() < b->load.load(); });
-    const long long parts =
-        std::min<long long>(std::min<long long>((long long)order.size(), max_parts), std::max<long long>(n, 1));
+    const long long parts = std::min<long long>((long long)order.size(), std::max<long long>(n, 1));
     const long long each = (n + parts - 1) / parts;
     std::vector<Part> out;
     for (long long p = 0, lo = 0; p < parts && lo < n; ++p, lo += each)
@@ -317,15 +316,16 @@ bool same_split(const DBatch *b, const std::vector<Part> &parts) {
     return true;
 }
 
-// Host operands of one chunk staged into the device arena: one memcpy into pinned memory and one
-// host-to-device copy for all of them; each then reads element-major (Lay{limbs, 1}) or, for a shared
-// row, Lay{0, 1}.
-struct Staged {
+// Where a kernel reads an operand for one chunk: its pointer and layout.
+struct View {
     const u64 *ptr;
     Lay lay;
 };
 
-int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vector<Staged> &out,
+// Host operands of one chunk staged into the device arena: one memcpy into pinned memory and one
+// host-to-device copy for all of them; each then reads element-major (Lay{limbs, 1}) or, for a shared
+// row, Lay{0, 1}.
+int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vector<View> &out,
           size_t extra_dev_words = 0) {
     const long long cnt = pt.hi - pt.lo;
     size_t total = 0;
@@ -338,7 +338,7 @@ int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vect
         const size_t rows = o->rows == 1 ? 1 : size_t(cnt);
         const u64 *src = o->host + (o->rows == 1 ? 0 : pt.lo * (long long)o->limbs);
         std::memcpy(d.pinned + off, src, rows * o->limbs * 8);
-        Staged s;
+        View s;
         s.ptr = d.arena + off;
         s.lay.se = o->rows == 1 ? 0 : o->limbs;   // (a conditional of two Lay{...} crashes cicc 13.0)
         s.lay.sl = 1;
@@ -376,29 +376,42 @@ int alloc_chunk(Chunk &c, int L) {
     return (int)cudaMallocAsync((void **)&c.ptr, size_t(c.hi - c.lo) * L * 8 + 8, c.dev->stream);
 }
 
-// Runs an op: chunking from the first batch operand (or a fresh plan of n), every operand checked,
-// the output allocated, fn(part index, output chunk) per chunk; *out set only on success.
+// Runs an op: chunking from `lead` (a batch of n elements), else from the first batch operand, else a
+// fresh plan of n; every operand checked; the output (out_L limbs) allocated; per chunk the host
+// operands staged and fn(part, output chunk, views) called, views[j] being where input j lies (its
+// own chunk for a batch operand, else its staged rows); *out set only on success.
 template <class F>
-int run_op(long long n, std::vector<const Operand *> inputs, std::vector<int> widths, int out_L, void **out,
-           F fn) {
+int run_op(long long n, const DBatch *lead, std::vector<const Operand *> inputs, std::vector<int> widths,
+           int out_L, void **out, F fn) {
     *out = nullptr;
     int e = ensure_init();
     if (e) return e;
-    if (n <= 0) return kErrShape;
-    std::vector<Part> parts;
+    if (n <= 0 || out_L <= 0 || (lead && lead->n != n)) return kErrShape;
     for (const Operand *o : inputs)
-        if (o->batch) {
-            parts = parts_of((const DBatch *)o->batch);
-            break;
-        }
-    if (parts.empty()) parts = plan(n);
+        if (!lead && o->batch) lead = (const DBatch *)o->batch;
+    std::vector<Part> parts = lead ? parts_of(lead) : plan(n);
     for (size_t j = 0; j < inputs.size(); ++j)
         if ((e = check_operand(*inputs[j], n, widths[j], parts))) return e;
+    std::vector<const Operand *> hosts;
+    for (const Operand *o : inputs)
+        if (!o->batch) hosts.push_back(o);
     DBatch *res = new_batch(n, out_L, parts);
     if (!res) return kErrAlloc;
     e = run_on(parts, [&](size_t p) -> int {
+        std::vector<View> staged, views;
         int r = alloc_chunk(res->chunks[p], out_L);
-        return r ? r : fn(p, parts[p], res->chunks[p]);
+        if (!r) r = stage(*parts[p].dev, parts[p], hosts, staged);
+        if (r) return r;
+        size_t next = 0;
+        for (const Operand *o : inputs) {
+            if (o->batch) {
+                const Chunk &c = ((const DBatch *)o->batch)->chunks[p];
+                views.push_back(View{c.ptr, limb_major(c)});
+            } else {
+                views.push_back(staged[next++]);
+            }
+        }
+        return fn(parts[p], res->chunks[p], views);
     });
     if (e) {
         free_batch(res);
@@ -406,28 +419,6 @@ int run_op(long long n, std::vector<const Operand *> inputs, std::vector<int> wi
     }
     *out = res;
     return 0;
-}
-
-// The pointer and layout of operand o for chunk p: its own chunk, or its staged host rows.
-struct View {
-    const u64 *ptr;
-    Lay lay;
-};
-
-View view_of(const Operand &o, size_t p, const std::vector<Staged> &staged, size_t &next_staged) {
-    if (o.batch) {
-        const Chunk &c = ((const DBatch *)o.batch)->chunks[p];
-        return View{c.ptr, limb_major(c)};
-    }
-    const Staged &s = staged[next_staged++];
-    return View{s.ptr, s.lay};
-}
-
-std::vector<const Operand *> host_ones(std::vector<const Operand *> ops) {
-    std::vector<const Operand *> out;
-    for (const Operand *o : ops)
-        if (!o->batch) out.push_back(o);
-    return out;
 }
 
 }  // namespace
@@ -507,34 +498,16 @@ void unifl_gpu_key_free(void *handle) {
 
 // ---- device batches: upload, download, shape, free
 // rows (n, L) element-major host -> a new device batch, split like `like` (a batch of n elements)
-// or over the devices (like == null; single: on one device).
-int unifl_gpu_batch_upload(const u64 *host, long long n, int L, void *like, int single, void **out) {
+// or over the devices (like == null).
+int unifl_gpu_batch_upload(const u64 *host, long long n, int L, void *like, void **out) {
     Operand src{nullptr, host, n, L};
-    *out = nullptr;
-    int e = ensure_init();
-    if (e) return e;
-    if (n <= 0 || L <= 0) return kErrShape;
-    std::vector<Part> parts = like ? parts_of((const DBatch *)like) : plan(n, single ? 1 : 1 << 30);
-    if (like && ((const DBatch *)like)->n != n) return kErrShape;
-    DBatch *res = new_batch(n, L, parts);
-    if (!res) return kErrAlloc;
-    e = run_on(parts, [&](size_t p) -> int {
-        Chunk &c = res->chunks[p];
-        Device &d = *c.dev;
-        std::vector<Staged> st;
-        int r = alloc_chunk(c, L);
-        if (!r) r = stage(d, parts[p], {&src}, st);
-        if (r) return r;
-        const long long cnt = c.hi - c.lo;
-        k_relayout<<<grid_size(cnt, 256), 256, 0, d.stream>>>(cnt, L, c.ptr, limb_major(c), st[0].ptr, st[0].lay);
-        return finish(d);
-    });
-    if (e) {
-        free_batch(res);
-        return e;
-    }
-    *out = res;
-    return 0;
+    return run_op(n, (const DBatch *)like, {&src}, {L}, L, out,
+                  [&](const Part &pt, Chunk &c, const std::vector<View> &v) -> int {
+                      const long long cnt = c.hi - c.lo;
+                      k_relayout<<<grid_size(cnt, 256), 256, 0, pt.dev->stream>>>(cnt, L, c.ptr, limb_major(c),
+                                                                                  v[0].ptr, v[0].lay);
+                      return finish(*pt.dev);
+                  });
 }
 
 // device batch -> (n, L) element-major host rows (relayout on the device, then one copy per chunk).
@@ -573,13 +546,9 @@ int unifl_gpu_mul(void *key, Operand a, Operand b, long long n, int mode, void *
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
-    return run_op(n, {&a, &b}, {L, L}, L, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
+    return run_op(n, nullptr, {&a, &b}, {L, L}, L, out, [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
         Device &d = *pt.dev;
-        std::vector<Staged> st;
-        int r = stage(d, pt, host_ones({&a, &b}), st);
-        if (r) return r;
-        size_t ns = 0;
-        const View va = view_of(a, p, st, ns), vb = view_of(b, p, st, ns);
+        const View &va = v[0], &vb = v[1];
         const long long cnt = pt.hi - pt.lo;
         const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
@@ -597,13 +566,10 @@ int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, 
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
     if (exps.batch) return kErrShape;
-    return run_op(n, {&base, &exps}, {L, exps.limbs}, L, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
+    return run_op(n, nullptr, {&base, &exps}, {L, exps.limbs}, L, out,
+                  [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
         Device &d = *pt.dev;
-        std::vector<Staged> st;
-        int r = stage(d, pt, host_ones({&base, &exps}), st);
-        if (r) return r;
-        size_t ns = 0;
-        const View vb = view_of(base, p, st, ns), ve = view_of(exps, p, st, ns);
+        const View &vb = v[0], &ve = v[1];
         const long long cnt = pt.hi - pt.lo;
         const u64 *kd = k.dev[d.id];
         const int shared = exps.rows == 1 && n != 1;
@@ -653,7 +619,7 @@ int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, 
         // staged: the exponents of rows [lo, hi) and (host bases) all N bases, as one part of N·rows
         Operand ex{nullptr, exps + pt.lo * N * le, 1, int(S * le)};
         Operand hb{nullptr, bases.host, 1, int(N * L)};
-        std::vector<Staged> st;
+        std::vector<View> st;
         std::vector<const Operand *> hs{&ex};
         if (!bases.batch) hs.push_back(&hb);
         const size_t ws = size_t(S) * L;
@@ -695,13 +661,9 @@ int unifl_gpu_paillier_encrypt(void *pub, Operand m, Operand r, long long n, voi
     const unifl_gpu::PubKey pk = unifl_gpu::parse_pub(k.host.data());
     const int Ln = pk.Ln, L2 = pk.n2.L;
     const int kl = (int)k.host.size();
-    return run_op(n, {&m, &r}, {Ln, Ln}, L2, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
+    return run_op(n, nullptr, {&m, &r}, {Ln, Ln}, L2, out, [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
         Device &d = *pt.dev;
-        std::vector<Staged> st;
-        int res = stage(d, pt, host_ones({&m, &r}), st);
-        if (res) return res;
-        size_t ns = 0;
-        const View vm = view_of(m, p, st, ns), vr = view_of(r, p, st, ns);
+        const View &vm = v[0], &vr = v[1];
         const long long cnt = pt.hi - pt.lo;
         const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
@@ -721,13 +683,9 @@ int unifl_gpu_paillier_decrypt(void *priv, Operand c, long long n, void **out) {
     const unifl_gpu::PrivKey sk = unifl_gpu::parse_priv(k.host.data());
     const int Ln = sk.Ln, L2 = sk.L2;
     const int kl = (int)k.host.size();
-    return run_op(n, {&c}, {L2}, Ln, out, [&](size_t p, const Part &pt, Chunk &o) -> int {
+    return run_op(n, nullptr, {&c}, {L2}, Ln, out, [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
         Device &d = *pt.dev;
-        std::vector<Staged> st;
-        int res = stage(d, pt, host_ones({&c}), st);
-        if (res) return res;
-        size_t ns = 0;
-        const View vc = view_of(c, p, st, ns);
+        const View &vc = v[0];
         const long long cnt = pt.hi - pt.lo;
         const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
