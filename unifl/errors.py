@@ -74,3 +74,30 @@ class SequenceError(TransportError):
 
 class MessageTooLarge(TransportError):
     """A message exceeds the configured size limit (``network.max_message_mb``)."""
+
+
+# ---- what a hostile or faulty peer is refused with --------------------------------------------
+class InvalidCiphertextError(OperandError):
+    """A ciphertext is not a unit mod n² (it shares a factor with n), or its decryption would pass
+    through a zero CRT half: decrypting it could reveal the factorisation of n, so it is refused."""
+
+
+class ProtocolViolation(TransportError):
+    """A peer sent something the protocol does not allow: a value of the wrong shape, size or count,
+    a repeated or out-of-range query, a value it must not send back.  Names the field and the limit."""
+
+
+class PeerQuotaExceeded(TransportError):
+    """A peer has more bytes or messages queued at this party than the configured cap."""
+
+
+class SessionError(TransportError):
+    """A peer opened a second session (or replayed an old one) without an explicit resume."""
+
+
+class InsecureTransportError(TransportError):
+    """A secret (a private key) was about to cross a link that is not mutually authenticated TLS."""
+
+
+class SignatureError(UniflError, ValueError):
+    """An RSA signature does not verify (s^e != FDH(x) mod n): a faulty or dishonest signer."""
