@@ -3,13 +3,16 @@ batches split across several devices least-loaded first, every op counted per ba
 
 ``backend_from_config(cfg)`` is the entry point; its result has the op_* interface of any Backend,
 ``.report()`` (op, backend, device, calls, elements, seconds) and ``.selection`` (what was asked,
-what ran, and why).  The QAT two-stage pipeline lives in ``unifl.scheduler.pipeline``.
+what ran, and why).  A backend failing mid-run hands its batch to the next backend of the chain
+(``unifl.scheduler.fallback``).  The QAT two-stage pipeline lives in ``unifl.scheduler.pipeline``.
 """
 
 from .counting import CountingBackend
 from .executor import Executor, SerialExecutor, ThreadExecutor, make_executor
+from .fallback import DEVICE_FAILURES, FallbackChain, is_device_failure
 from .multi import MultiDeviceBackend
 from .select import backend_from_config, self_test, start
 
 __all__ = ["backend_from_config", "CountingBackend", "MultiDeviceBackend", "Executor",
-           "SerialExecutor", "ThreadExecutor", "make_executor", "self_test", "start"]
+           "SerialExecutor", "ThreadExecutor", "make_executor", "self_test", "start",
+           "FallbackChain", "is_device_failure", "DEVICE_FAILURES"]

@@ -5,6 +5,13 @@ run can print, from :meth:`CountingBackend.report`, how many calls and elements 
 ran on which backend and device, and for how long.  The wrapper has the wrapped backend's op_*
 interface and ``implements()``, so the layers above compose exactly as they would on the bare
 backend: an op the backend lacks is composed from counted MontMults.
+
+The wrapper is also where a backend failing mid-run is caught: when the scheduler has attached the
+party's fallback chain (``chain``, see :mod:`unifl.scheduler.fallback`), a call that fails with a
+device failure is re-run on the next backend of the chain, this backend is retired for the rest of
+the job, and the calls that reach it afterwards run on its replacement.  Caller errors propagate
+unchanged.  A failed call is not counted in ``calls``/``elements``; the report adds
+``failed_calls``, ``failed_elements``, ``fell_back_to`` and ``reason`` to its row.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import OPS, Backend
+from .fallback import FallbackChain, is_device_failure, own_batch_of
 
 
 def batch_elements(op: str, args: tuple) -> int:
@@ -63,6 +71,10 @@ def stand_in_of(backend: Backend) -> str | None:
 class CountingBackend(Backend):
     """``inner`` with every ``op_*`` call counted and timed.  ``device`` labels the report rows."""
 
+    #: the party's fallback chain and this backend's place in it (set by FallbackChain)
+    chain: FallbackChain | None = None
+    chain_pos: int = 0
+
     def __init__(self, inner: Backend, device: str | None = None) -> None:
         super().__init__()
         self.inner = inner
@@ -74,8 +86,16 @@ class CountingBackend(Backend):
         self.counters = Counters()
         self.selection: dict[str, Any] = {}
 
+    def _replacement(self) -> Backend | None:
+        """The backend that runs this one's work since it failed; None while it is healthy."""
+        chain = self.chain
+        if chain is None or not chain.retired(self.chain_pos):
+            return None
+        return chain.current_after(self.chain_pos)
+
     def implements(self, op: str) -> bool:
-        return op in self.native_ops
+        rep = self._replacement()
+        return rep.implements(op) if rep is not None else op in self.native_ops
 
     @property
     def devices(self) -> list[str]:
@@ -85,27 +105,57 @@ class CountingBackend(Backend):
         return self.inner.describe()
 
     def own_batch(self, x):
+        rep = self._replacement()
+        if rep is not None:
+            return own_batch_of(rep, x, f"{self.name} ({self.device})")
         return self.inner.own_batch(x)
 
     def _run(self, op: str, args: tuple):
+        chain = self.chain
+        if chain is not None and chain.retired(self.chain_pos):
+            return chain.run_on_current(self.chain_pos, op, args)
         t0 = time.perf_counter()
-        out = getattr(self.inner, f"op_{op}")(*args)
+        try:
+            out = getattr(self.inner, f"op_{op}")(*args)
+        except Exception as exc:
+            if chain is None or not is_device_failure(exc, self.inner):
+                raise
+            return chain.rerun(self.chain_pos, op, args, exc, self, scope="batch")
         self.counters.add(op, batch_elements(op, args), time.perf_counter() - t0)
         return out
 
-    def report(self) -> list[dict]:
-        """One row per op that ran: op, backend, device, calls, elements, seconds, stand_in."""
+    def own_report(self) -> list[dict]:
+        """This backend's own counter rows (no fallback links, no failure annotations)."""
         return [{"op": op, "backend": self.name, "device": self.device, "calls": c, "elements": e,
                  "seconds": s, "stand_in": self.stand_in}
                 for op, (c, e, s) in sorted(self.counters.snapshot().items())]
 
+    def report(self) -> list[dict]:
+        """One row per op that ran: op, backend, device, calls, elements, seconds, stand_in.  After
+        a failure mid-run: the failed row says failed_calls, failed_elements, fell_back_to and
+        reason, and the rows of the backends that took over follow, with ``fallback_from``."""
+        rows = self.own_report()
+        if self.chain is not None and self.chain_pos == 0:
+            return self.chain.report(rows)
+        return rows
+
+    def fallback_events(self) -> list[dict]:
+        """Every re-run after a failure: op, from/from_device, to/to_device, reason, elements,
+        scope; empty for an honest run."""
+        return list(self.chain.events) if self.chain is not None else []
+
     def reset_counters(self) -> None:
         self.counters.reset()
+        if self.chain is not None and self.chain_pos == 0:
+            for link in self.chain.links[1:]:
+                link.reset_counters()
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()
+        if self.chain is not None and self.chain_pos == 0:
+            self.chain.close_links()
 
     def __getattr__(self, item: str):
         # options and attributes of the wrapped backend (threads, runtime, mode ...)

@@ -17,6 +17,12 @@ Splitting rules per op:
 A member is usually a :class:`~unifl.scheduler.counting.CountingBackend`, so the report says which
 device ran what.  The multi backend declares natively the ops *every* member implements natively;
 anything else is composed by the layers above from its split MontMults.
+
+A device failing mid-batch (see :mod:`unifl.scheduler.fallback` for what counts as one): the pieces
+that completed keep their results; each failed piece is re-run once, on the next backend of the
+party's fallback chain (``chain``, attached by the scheduler), and its device is retired -- later
+batches are split over the devices left.  When none is left, the whole backend is retired and its
+calls run on the fallback.  Without a chain (a bare MultiDeviceBackend) the failure is raised.
 """
 
 from __future__ import annotations
@@ -27,11 +33,24 @@ from typing import Sequence
 import numpy as np
 
 from ..backends.base import OPS, Backend
+from ..errors import BackendUnavailable
 from .executor import Executor, SerialExecutor
+from .fallback import FallbackChain, is_device_failure, own_batch_of
+
+
+class _PieceFailed:
+    """What a piece whose device failed returns to the executor instead of a result."""
+
+    def __init__(self, member: int, args: tuple, exc: BaseException) -> None:
+        self.member, self.args, self.exc = member, args, exc
 
 
 class MultiDeviceBackend(Backend):
     """Batches split across ``members``; ``weights`` (relative speeds) size the pieces."""
+
+    #: the party's fallback chain and this backend's place in it (set by FallbackChain)
+    chain: FallbackChain | None = None
+    chain_pos: int = 0
 
     def __init__(self, members: Sequence[Backend], executor: Executor | None = None,
                  weights: Sequence[float] | None = None, min_rows: int = 8) -> None:
@@ -51,6 +70,7 @@ class MultiDeviceBackend(Backend):
         self.probe_result = self.members[0].probe_result
         self._load = [0] * len(self.members)     # rows in flight per member
         self._lock = threading.Lock()
+        self._dead: set[int] = set()             # members retired after a failure
         self.selection: dict = {}
 
     # ---- description
@@ -61,8 +81,27 @@ class MultiDeviceBackend(Backend):
     def describe(self) -> str:
         return " + ".join(m.describe() for m in self.members)
 
+    def _replacement(self) -> Backend | None:
+        """The backend that runs this one's work once every member failed; None until then."""
+        chain = self.chain
+        if chain is None or not chain.retired(self.chain_pos):
+            return None
+        return chain.current_after(self.chain_pos)
+
     def implements(self, op: str) -> bool:
-        return op in self.native_ops
+        rep = self._replacement()
+        return rep.implements(op) if rep is not None else op in self.native_ops
+
+    def own_batch(self, x):
+        rep = self._replacement()
+        if rep is not None:
+            return own_batch_of(rep, x, self.name)
+        return super().own_batch(x)
+
+    def live_members(self) -> list[int]:
+        """Indices of the members not retired after a failure."""
+        with self._lock:
+            return [i for i in range(len(self.members)) if i not in self._dead]
 
     # ---- planning
     def plan(self, n: int, min_rows: int | None = None) -> list[tuple[int, int, int]]:
@@ -70,7 +109,10 @@ class MultiDeviceBackend(Backend):
         when a piece would get under ``min_rows`` rows), sized by weight, handed to the
         least-loaded members first.  Loads are taken here and released by :meth:`_release`."""
         with self._lock:
-            order = sorted(range(len(self.members)), key=lambda i: (self._load[i], i))
+            order = sorted((i for i in range(len(self.members)) if i not in self._dead),
+                           key=lambda i: (self._load[i], i))
+            if not order:
+                raise BackendUnavailable(f"every device of {self.name!r} failed")
             k = max(1, min(len(order), n // (min_rows or self.min_rows)))
             chosen = order[:k]
             total = sum(self.weights[i] for i in chosen)
@@ -91,7 +133,8 @@ class MultiDeviceBackend(Backend):
             self._load[member] -= rows
 
     def _run(self, pieces, call):
-        """``call(member_backend, start, stop)`` per piece through the executor, loads released."""
+        """``call(member_backend, start, stop)`` per piece through the executor, loads released.
+        No re-run of failed pieces here: prefer :meth:`_run_op`, which has the op and its args."""
         def one(piece):
             i, a, b = piece
             try:
@@ -100,25 +143,79 @@ class MultiDeviceBackend(Backend):
                 self._release(i, b - a)
         return self.executor.map(one, pieces)
 
+    def _call_member(self, i: int, op: str, args: tuple):
+        """``op`` on member ``i``; a device failure comes back as a :class:`_PieceFailed` (when a
+        chain can take the piece over), anything else is raised."""
+        try:
+            return getattr(self.members[i], f"op_{op}")(*args)
+        except Exception as exc:
+            if self.chain is None or not is_device_failure(exc, self.members[i]):
+                raise
+            return _PieceFailed(i, args, exc)
+
+    def _settle(self, op: str, results: list) -> list:
+        """Failed pieces re-run once each on the fallback (in the calling thread, after every piece
+        came back, so a completed piece is never recomputed); their devices are retired, and the
+        whole backend when none is left."""
+        out = list(results)
+        for k, res in enumerate(results):
+            if not isinstance(res, _PieceFailed):
+                continue
+            with self._lock:
+                self._dead.add(res.member)
+                whole = len(self._dead) == len(self.members)
+            out[k] = self.chain.rerun(self.chain_pos, op, res.args, res.exc,
+                                      self.members[res.member], scope="piece")
+            if whole:
+                self.chain.retire(self.chain_pos)
+        return out
+
+    def _run_op(self, op: str, pieces, piece_args):
+        """``op`` per piece with ``piece_args(start, stop)`` through the executor, loads released,
+        failed pieces re-run on the fallback chain."""
+        def one(piece):
+            i, a, b = piece
+            try:
+                return self._call_member(i, op, piece_args(a, b))
+            finally:
+                self._release(i, b - a)
+        return self._settle(op, self.executor.map(one, pieces))
+
+    def _delegated(self, op: str, args: tuple):
+        """The call's result on the replacement once every member failed, else None."""
+        chain = self.chain
+        if chain is None or not chain.retired(self.chain_pos):
+            return None
+        return (chain.run_on_current(self.chain_pos, op, args),)
+
     def _rowwise(self, op: str, lead, n: int, row_args: tuple, shared_args: tuple = (),
                  exps=None):
         """Element-wise op: ``row_args`` are cut by rows; ``exps`` by rows unless it is one row."""
+        whole = [lead, *row_args] + ([exps] if exps is not None else []) + list(shared_args)
+        done = self._delegated(op, tuple(whole))
+        if done is not None:
+            return done[0]
         pieces = self.plan(n)
 
-        def call(m, a, b):
+        def piece_args(a, b):
             args = [lead] + [np.ascontiguousarray(x[a:b]) for x in row_args]
             if exps is not None:
                 args.append(exps if exps.shape[0] == 1 else np.ascontiguousarray(exps[a:b]))
             args.extend(shared_args)
-            return getattr(m, f"op_{op}")(*args)
-        parts = self._run(pieces, call)
+            return tuple(args)
+        parts = self._run_op(op, pieces, piece_args)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     def _multiply_partials(self, ctx, parts: list[np.ndarray]) -> np.ndarray:
         acc = parts[0]
         for p in parts[1:]:
-            acc = self.members[0].op_mont_mul(ctx, np.ascontiguousarray(acc),
-                                              np.ascontiguousarray(p))
+            args = (ctx, np.ascontiguousarray(acc), np.ascontiguousarray(p))
+            live = self.live_members()
+            if not live:
+                acc = self.chain.run_on_current(self.chain_pos, "mont_mul", args) \
+                    if self.chain is not None else self.members[0].op_mont_mul(*args)
+                continue
+            acc = self._settle("mont_mul", [self._call_member(live[0], "mont_mul", args)])[0]
         return acc
 
     # ---- the ops
@@ -130,6 +227,9 @@ class MultiDeviceBackend(Backend):
 
     def op_mod_exp(self, ctx, base, exps):
         return self._rowwise("mod_exp", ctx, base.shape[0], (base,), exps=exps)
+
+    def op_mod_exp_secret(self, ctx, base, exps):
+        return self._rowwise("mod_exp_secret", ctx, base.shape[0], (base,), exps=exps)
 
     def op_mont_exp(self, ctx, base_mont, exps):
         return self._rowwise("mont_exp", ctx, base_mont.shape[0], (base_mont,), exps=exps)
@@ -147,31 +247,53 @@ class MultiDeviceBackend(Backend):
         return self._rowwise("paillier_decrypt", sk, c_mont.shape[0], (c_mont,))
 
     def op_mont_multi_exp(self, ctx, bases_mont, exps):
+        done = self._delegated("mont_multi_exp", (ctx, bases_mont, exps))
+        if done is not None:
+            return done[0]
         k, n = exps.shape[0], exps.shape[1]
-        if k >= len(self.members) or n < 2 * self.min_rows:
+        if k >= len(self.live_members()) or n < 2 * self.min_rows:
             pieces = self.plan(k, min_rows=1)   # each of the K outputs is a whole multi-exp
-            parts = self._run(pieces, lambda m, a, b: m.op_mont_multi_exp(
+            parts = self._run_op("mont_multi_exp", pieces, lambda a, b: (
                 ctx, bases_mont, np.ascontiguousarray(exps[a:b])))
             return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
         pieces = self.plan(n)
-        parts = self._run(pieces, lambda m, a, b: m.op_mont_multi_exp(
+        parts = self._run_op("mont_multi_exp", pieces, lambda a, b: (
             ctx, np.ascontiguousarray(bases_mont[a:b]), np.ascontiguousarray(exps[:, a:b])))
         return self._multiply_partials(ctx, parts)
 
     def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
+        done = self._delegated("mont_prod_groups", (ctx, a_mont, groups, num_groups))
+        if done is not None:
+            return done[0]
         pieces = self.plan(a_mont.shape[0])
-        parts = self._run(pieces, lambda m, a, b: m.op_mont_prod_groups(
+        parts = self._run_op("mont_prod_groups", pieces, lambda a, b: (
             ctx, np.ascontiguousarray(a_mont[a:b]), np.ascontiguousarray(groups[a:b]), num_groups))
         return self._multiply_partials(ctx, parts)
 
     # ---- reporting
-    def report(self) -> list[dict]:
+    def own_report(self) -> list[dict]:
+        """The members' counter rows (no fallback links, no failure annotations)."""
         return [row for m in self.members if hasattr(m, "report") for row in m.report()]
+
+    def report(self) -> list[dict]:
+        """The members' rows; after a failure mid-run, annotated and followed by the rows of the
+        backends that took over (see :meth:`CountingBackend.report`)."""
+        rows = self.own_report()
+        if self.chain is not None and self.chain_pos == 0:
+            return self.chain.report(rows)
+        return rows
+
+    def fallback_events(self) -> list[dict]:
+        """Every re-run after a failure (see :meth:`CountingBackend.fallback_events`)."""
+        return list(self.chain.events) if self.chain is not None else []
 
     def reset_counters(self) -> None:
         for m in self.members:
             if hasattr(m, "reset_counters"):
                 m.reset_counters()
+        if self.chain is not None and self.chain_pos == 0:
+            for link in self.chain.links[1:]:
+                link.reset_counters()
 
     def close(self) -> None:
         self.executor.close()
@@ -179,3 +301,34 @@ class MultiDeviceBackend(Backend):
             close = getattr(m, "close", None)
             if callable(close):
                 close()
+        if self.chain is not None and self.chain_pos == 0:
+            self.chain.close_links()
+
+
+def _rowwise_forwarder(op: str):
+    """An element-wise op added to the contract without a method here: every array argument with
+    the batch's rows is cut by rows, a one-row array (a shared exponent) goes whole to every piece,
+    anything else (ctx, keys) is passed as is."""
+    def method(self: MultiDeviceBackend, lead, first, *rest):
+        n = first.shape[0]
+        done = self._delegated(op, (lead, first, *rest))
+        if done is not None:
+            return done[0]
+        pieces = self.plan(n)
+
+        def piece_args(a, b):
+            cut = [np.ascontiguousarray(x[a:b]) if getattr(x, "ndim", 0) >= 1 and x.shape[0] == n
+                   else x for x in (first, *rest)]
+            return (lead, *cut)
+        parts = self._run_op(op, pieces, piece_args)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+    method.__name__ = method.__qualname__ = f"op_{op}"
+    method.__doc__ = f"``op_{op}`` split by rows across the members (generic element-wise split)."
+    return method
+
+
+# an element-wise op added to OPS is split without editing this file; ops with their own splitting
+# rule (the reductions) define their method above
+for _op in OPS:
+    if not hasattr(MultiDeviceBackend, f"op_{_op}"):
+        setattr(MultiDeviceBackend, f"op_{_op}", _rowwise_forwarder(_op))

@@ -7,6 +7,11 @@ in ``.selection["fallback_events"]`` so the run can print it -- when it probes u
 its constructor fails, or when its start-up self-test (two 2048-bit MontMults checked against
 Python integers) fails or disagrees.  A ``ConfigError`` from a constructor is the user's mistake and
 is raised, not skipped.
+
+At run time the rest of the chain stays behind the chosen backend (:mod:`unifl.scheduler.fallback`):
+a backend that fails in the middle of a batch has that batch re-run on the next backend of the
+chain, started then, and is not used again in the job; ``.selection["runtime_fallbacks"]`` and
+``.report()`` say which op fell back from which backend to which, and why.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from ..errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
 from .executor import make_executor
+from .fallback import FallbackChain
 from .multi import MultiDeviceBackend
 
 log = logging.getLogger("unifl.scheduler")
@@ -107,12 +113,21 @@ def _rank_auto(cfg, events: list[dict]) -> tuple[list[str], list[tuple[str, floa
     return [n for n, _ in ranking], ranking
 
 
+def _start_fallback(cfg, name: str) -> CountingBackend:
+    """A later link of the chain, started when the one before it failed mid-run (one instance:
+    ``devices`` applies to the primary backend only, as at start)."""
+    (b, opts, _), = device_entries(cfg, name, primary=False)
+    inst = start(b, opts)
+    return CountingBackend(inst, device=", ".join(inst.devices) or b)
+
+
 def backend_from_config(cfg) -> Backend:
     """The Backend for party config ``cfg`` (a :class:`unifl.configs.PartyConfig`).
 
     The result counts and times every op per backend and device (``.report()``), and says what was
     chosen and why in ``.selection``: requested, chosen, fallback_events [{backend, reason}],
-    ranking (auto only), devices."""
+    ranking (auto only), devices, runtime_fallbacks (the re-runs after a failure mid-run, see
+    :class:`~unifl.scheduler.fallback.FallbackChain`)."""
     events: list[dict] = []
     ranking = None
     if cfg.backend == "auto":
@@ -140,9 +155,12 @@ def backend_from_config(cfg) -> Backend:
             result: Backend = members[0]
         else:
             result = MultiDeviceBackend(members, make_executor(cfg.executor, len(members)))
+        chain_rest = FallbackChain(result, chain[pos + 1:],
+                                   lambda n: _start_fallback(cfg, n), start_events=events)
         result.selection = {"requested": cfg.backend, "chosen": name,
                             "fallback_events": events, "ranking": ranking,
-                            "devices": result.devices, "describe": result.describe()}
+                            "devices": result.devices, "describe": result.describe(),
+                            "runtime_fallbacks": chain_rest.events}
         if events:
             log.warning("party %s runs on %r instead of %r", cfg.party, name, cfg.backend)
         return result
