@@ -44,7 +44,7 @@ import torch
 
 from .. import base_op, mod_op
 from ..base_op import from_limbs, to_limbs
-from ..errors import EncodingOverflowError, KeyMismatchError, OperandError
+from ..errors import EncodingOverflowError, KeyMismatchError, OperandError, SerializationError
 from ..phe_sdk import paillier
 from ..phe_sdk.array import EncryptedArray
 from . import party
@@ -123,15 +123,22 @@ class EV:
     """Paillier ciphertexts: plain residues mod n² as (N, L) limbs (``None``: N trivial E(0)s whose
     modulus is not known yet) with per-element binary scales."""
 
-    __slots__ = ("limbs", "exps", "_size")
+    __slots__ = ("limbs", "exps", "_size", "_unchecked")
 
-    def __init__(self, limbs, exps, size: Optional[int] = None, num_limbs: Optional[int] = None
-                 ) -> None:
+    def __init__(self, limbs, exps, size: Optional[int] = None, num_limbs: Optional[int] = None,
+                 *, unchecked: bool = False) -> None:
         if isinstance(limbs, (bytes, bytearray)):
+            # bytes are how ciphertexts arrive from another party (unpickling): not yet known to
+            # be units mod n², so the first use under a key checks them (see _materialize)
+            if not isinstance(num_limbs, int) or num_limbs < 1 or len(limbs) % (8 * num_limbs):
+                raise SerializationError(f"{len(limbs)} ciphertext bytes do not form limbs of "
+                                         f"width {num_limbs!r}")
             limbs = np.frombuffer(limbs, dtype="<u8").astype(np.uint64).reshape(-1, num_limbs)
+            unchecked = True
         self.limbs = None if limbs is None else np.ascontiguousarray(limbs, dtype=np.uint64)
         self._size = int(size) if limbs is None else self.limbs.shape[0]
         self.exps = _exps(exps, self._size)
+        self._unchecked = bool(unchecked) and self.limbs is not None
 
     def __reduce__(self):
         if self.limbs is None:
@@ -150,7 +157,7 @@ class EV:
     def slice(self, start: int, size: int) -> "EV":
         sl = slice(start, start + size)
         return EV(None if self.limbs is None else self.limbs[sl], self.exps[sl],
-                  len(self.exps[sl]))
+                  len(self.exps[sl]), unchecked=self._unchecked)
 
     def tolist(self) -> list["EV"]:
         return [self.slice(i, 1) for i in range(self._size)]
@@ -164,7 +171,8 @@ class EV:
         if len(widths) > 1:
             raise KeyMismatchError("cannot concatenate ciphertexts of different key sizes")
         width = widths.pop()
-        return EV(np.concatenate([p._limbs_or_ones(width) for p in parts]), exps)
+        return EV(np.concatenate([p._limbs_or_ones(width) for p in parts]), exps,
+                  unchecked=any(p._unchecked for p in parts))
 
     def _limbs_or_ones(self, width: int) -> np.ndarray:
         if self.limbs is not None:
@@ -174,10 +182,16 @@ class EV:
         return ones
 
     def _materialize(self, pk: "PK") -> np.ndarray:
+        """The limbs under ``pk``; ciphertexts that came from outside are checked here, once, to
+        be units mod n² in [1, n²) (InvalidCiphertextError otherwise).  Every evaluator and
+        decryptor input passes through here; results computed from units are units."""
         if self.limbs is None:
             self.limbs = self._limbs_or_ones(pk.ctx.num_limbs)
         elif self.limbs.shape[1] != pk.ctx.num_limbs:
             raise KeyMismatchError("ciphertexts and public key have different sizes")
+        if self._unchecked:
+            paillier.require_units(pk.key, self.limbs)
+            self._unchecked = False
         return self.limbs
 
 
@@ -234,6 +248,10 @@ class SK:
         n = pk.n
         if vec.limbs is None:
             return FV([0] * len(vec), vec.exps, n)
+        if vec.limbs.shape[1] != pk.nsquare_ctx.num_limbs:
+            raise KeyMismatchError("ciphertexts and private key have different sizes")
+        # always, whatever the vector's history: a non-unit reaching the CRT decryption factors n
+        paillier.require_units(pk, vec.limbs)
         be = party.current_backend()
         mont = base_op.to_mont(be, pk.nsquare_ctx, vec.limbs)
         return FV(from_limbs(paillier.decrypt_limbs(be, self.key, mont)), vec.exps, n)
@@ -705,7 +723,8 @@ class evaluator:
     @staticmethod
     def shuffle(pk: PK, a: EV, indices) -> EV:
         idx = _as_index(indices)
-        return EV(None if a.limbs is None else a.limbs[idx], a.exps[idx], len(idx))
+        return EV(None if a.limbs is None else a.limbs[idx], a.exps[idx], len(idx),
+                  unchecked=a._unchecked)
 
     @staticmethod
     def i_update(pk: PK, a: EV, b: EV, positions, stride: int) -> None:

@@ -44,7 +44,13 @@ class EncryptedArray:
                  scale_bits: int, bound: int, backend=None) -> None:
         if not isinstance(limbs, DeviceBatch):    # a device batch stays where it is until fetched
             limbs = np.ascontiguousarray(limbs, dtype=np.uint64)
-        if limbs.shape != (int(np.prod(shape, dtype=np.int64)), public_key.nsquare_ctx.num_limbs):
+        # element count with Python ints: np.prod in int64 wraps, e.g. (2^33, 2^33) -> 0
+        count = 1
+        for s in shape:
+            if int(s) < 0:
+                raise OperandError(f"negative dimension in shape {shape}")
+            count *= int(s)
+        if limbs.shape != (count, public_key.nsquare_ctx.num_limbs):
             raise OperandError(f"limbs {limbs.shape} do not match shape {shape}")
         self.public_key = public_key
         self.limbs = limbs
@@ -351,6 +357,27 @@ class EncryptedArray:
         fresh = encrypt_limbs(self.backend, pk, zeros)
         limbs = base_op.mont_mul(self.backend, self._ctx(), self.limbs, fresh, checked=False)
         return EncryptedArray(pk, limbs, self.shape, self.scale_bits, self.bound, self.backend)
+
+    def add_residues(self, residues: list[int]) -> "EncryptedArray":
+        """E(v + r mod n) for each element and its r (ints, reduced mod n): c·(1 + r·n) mod n².
+
+        The raw-mod-n addition behind one-time masks uniform mod n (which hide v perfectly, however
+        large v is): the result is a residue, not an encoded value, so it has scale 0 and no
+        meaningful bound (set to max_int, so any further arithmetic on it is refused); read it with
+        :meth:`decrypt_residues`.  Not re-randomised: call :meth:`obfuscate` before sending."""
+        pk, ctx, be = self.public_key, self._ctx(), self.backend
+        if len(residues) != self.size:
+            raise OperandError(f"{len(residues)} residues for {self.size} ciphertexts")
+        gm = to_limbs([1 + (int(r) % pk.n) * pk.n for r in residues], ctx.num_limbs)
+        limbs = base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, self.limbs, gm, checked=False))
+        return EncryptedArray(pk, limbs, self.shape, 0, pk.max_int, be)
+
+    def decrypt_residues(self, private_key: PrivateKey) -> list[int]:
+        """The plaintexts as residues in [0, n), not decoded (values masked mod n look like
+        overflow to :meth:`decrypt`); non-unit ciphertexts are refused as in :meth:`decrypt`."""
+        if private_key.public_key != self.public_key:
+            raise KeyMismatchError("this array was encrypted under another public key")
+        return from_limbs(decrypt_limbs(self.backend, private_key, self.limbs))
 
     def to(self, backend) -> "EncryptedArray":
         """The same ciphertexts, computed on from now on by another backend."""

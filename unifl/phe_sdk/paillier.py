@@ -33,15 +33,19 @@ import numpy as np
 
 from .. import base_op, mod_op
 from ..base_op import MontContext, from_limbs, mont_context, to_limbs
-from ..errors import InvalidKeyError, OperandError, WeakKeyError
+from ..base_op.limbs import less_than
+from ..errors import InvalidCiphertextError, InvalidKeyError, OperandError, WeakKeyError
 from ._util import pad_limbs, resolve_backend
 from .primes import random_below, random_prime
 
 DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
+#: largest modulus accepted from anywhere; checked before any primality test, so an oversize key
+#: from a peer costs nothing (and n² stays within the Montgomery layer's 16384-bit limit)
+MAX_KEY_BITS = 8192
 
-__all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS",
-           "encrypt_limbs", "decrypt_limbs", "FixedBase"]
+__all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "MAX_KEY_BITS",
+           "encrypt_limbs", "decrypt_limbs", "FixedBase", "require_units"]
 
 
 #: memory budget of the default DJN comb table (see :meth:`PublicKey.enable_fixed_base`)
@@ -69,6 +73,9 @@ class PublicKey:
         if n.bit_length() < MIN_KEY_BITS:
             raise WeakKeyError(f"Paillier key of {n.bit_length()} bits is below the minimum of "
                                f"{MIN_KEY_BITS}; use {DEFAULT_KEY_BITS}")
+        if n.bit_length() > MAX_KEY_BITS:
+            raise WeakKeyError(f"Paillier key of {n.bit_length()} bits is above the maximum of "
+                               f"{MAX_KEY_BITS}")
         if gmpy2.is_square(n) or gmpy2.is_prime(n, 25):
             raise WeakKeyError("Paillier modulus n must be a product of two distinct primes")
         self.n = n
@@ -82,6 +89,8 @@ class PublicKey:
         self.fingerprint = hashlib.sha256(b"unifl-paillier-pk" + n.to_bytes(
             (n.bit_length() + 7) // 8, "big")).hexdigest()[:32]
         self.device_state: dict = {}
+        #: held while per-backend state in device_state is checked and built (built once per key)
+        self.state_lock = threading.RLock()
         self.fixed_base: FixedBase | None = None
         self._pool: list[np.ndarray] = []
         self._pool_lock = threading.Lock()
@@ -197,10 +206,30 @@ class PublicKey:
         return from_limbs(base_op.from_mont(be, self.nsquare_ctx, c_mont))
 
     def ciphertext_limbs(self, ciphertexts: Sequence[int], backend=None) -> np.ndarray:
-        """Plain ciphertext ints (each in [0, n²)) to Montgomery-form limbs."""
+        """Plain ciphertext ints (each a unit mod n² in [1, n²)) to Montgomery-form limbs.
+
+        Raises:
+            InvalidCiphertextError: a value is out of range or shares a factor with n.
+        """
         be = resolve_backend(backend)
-        c = self.nsquare_ctx.to_limbs(ciphertexts)
+        vals = [int(v) for v in ciphertexts]
+        self.check_ciphertexts(vals)
+        c = self.nsquare_ctx.to_limbs(vals)
         return base_op.to_mont(be, self.nsquare_ctx, c)
+
+    def check_ciphertexts(self, ciphertexts: "Sequence[int] | np.ndarray") -> None:
+        """Refuse any ciphertext that is not a unit mod n² in [1, n²).
+
+        A value sharing a factor with n (a multiple of p, q or n) decrypts, on the CRT path, to a
+        value that reveals p + q, i.e. the factorisation; every ciphertext that comes from outside
+        goes through this check (or :func:`require_units`) before it can reach a decryption.
+        Accepts Python ints or plain (non-Montgomery) (N, L) limbs mod n².  Costs one modular
+        multiplication per element and a single gcd (the offenders are only located on failure).
+
+        Raises:
+            InvalidCiphertextError: naming the index of the first offending ciphertext.
+        """
+        require_units(self, ciphertexts)
 
 
 class PrivateKey:
@@ -210,6 +239,14 @@ class PrivateKey:
         p, q = int(p), int(q)
         if p == q:
             raise WeakKeyError("Paillier primes p and q must differ")
+        # size limits before any primality test: an oversize "prime" from outside costs nothing
+        for name, x in (("p", p), ("q", q)):
+            if x.bit_length() > MAX_KEY_BITS // 2:
+                raise WeakKeyError(f"Paillier factor {name} of {x.bit_length()} bits is above the "
+                                   f"maximum of {MAX_KEY_BITS // 2}")
+        if (p * q).bit_length() < MIN_KEY_BITS:
+            raise WeakKeyError(f"Paillier key of {(p * q).bit_length()} bits is below the minimum "
+                               f"of {MIN_KEY_BITS}; use {DEFAULT_KEY_BITS}")
         for name, x in (("p", p), ("q", q)):
             if x < 3 or not gmpy2.is_prime(x, 25):
                 raise WeakKeyError(f"Paillier factor {name} is not prime")
@@ -230,6 +267,8 @@ class PrivateKey:
         # obfuscation factors with half-length exponents (see _obfuscators_crt_fresh)
         self.half_exponent_obfuscation = math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1
         self.device_state: dict = {}
+        #: held while per-backend state in device_state is checked and built (built once per key)
+        self.state_lock = threading.RLock()
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<paillier.PrivateKey for {self.public_key!r}>"
@@ -258,6 +297,59 @@ class PrivateKey:
         be = resolve_backend(backend)
         c_mont = self.public_key.ciphertext_limbs(ciphertexts, be)
         return from_limbs(decrypt_limbs(be, self, c_mont))
+
+
+def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray") -> None:
+    """Check that every ciphertext lies in [1, n²) and is a unit mod n (gcd(c, n) = 1).
+
+    ``ciphertexts``: Python ints, or plain (non-Montgomery) limbs of shape (N, L) mod n².  The unit
+    test multiplies all c mod n together and takes one gcd with n (O(1) big-int operations per
+    element); only when that gcd is not 1 are the offenders looked for one by one.
+
+    Raises:
+        InvalidCiphertextError: out of range or not a unit, naming the index of the first offender.
+    """
+    ctx = pk.nsquare_ctx
+    if isinstance(ciphertexts, np.ndarray) or hasattr(ciphertexts, "__array__"):
+        limbs = np.asarray(ciphertexts, dtype=np.uint64)
+        if limbs.ndim != 2 or limbs.shape[1] != ctx.num_limbs:
+            raise InvalidCiphertextError(f"ciphertext limbs of shape {limbs.shape}; this key needs "
+                                         f"(N, {ctx.num_limbs})")
+        if limbs.shape[0] == 0:
+            return
+        bad = ~less_than(limbs, ctx.m_limbs) | ~limbs.any(axis=1)
+        if bad.any():
+            raise InvalidCiphertextError(f"ciphertext #{int(np.argmax(bad))} is outside [1, n²)")
+        n = gmpy2.mpz(pk.n)
+        acc = gmpy2.mpz(1)
+        # gmpy2's portable binary form of a positive mpz is b"\x01\x01" + little-endian magnitude:
+        # straight from the limb bytes, ~20% less CPU than going through Python ints
+        raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
+        width, from_binary = 8 * ctx.num_limbs, gmpy2.from_binary
+        for i in range(0, len(raw), width):
+            acc = acc * (from_binary(b"\x01\x01" + raw[i:i + width]) % n) % n
+        if gmpy2.gcd(acc, n) == 1:
+            return
+        vals = from_limbs(limbs)
+    else:
+        vals = [int(v) for v in ciphertexts]
+        nsq = pk.nsquare
+        for i, v in enumerate(vals):
+            if not 0 < v < nsq:
+                raise InvalidCiphertextError(f"ciphertext #{i} is outside [1, n²)")
+        n = gmpy2.mpz(pk.n)
+        acc = gmpy2.mpz(1)
+        for v in vals:
+            acc = acc * v % n
+        if gmpy2.gcd(acc, n) == 1:
+            return
+    for i, v in enumerate(vals):
+        if gmpy2.gcd(v, n) != 1:
+            raise InvalidCiphertextError(
+                f"ciphertext #{i} is not a unit mod n² (it shares a factor with n); decrypting it "
+                f"could reveal the key, so it is refused")
+    # not reached (a product of units is a unit); kept so no path returns without a verdict
+    raise InvalidCiphertextError("a ciphertext is not a unit mod n²")
 
 
 def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
@@ -348,7 +440,8 @@ def _crt_combine(be, sk: "PrivateKey", halves_spec) -> np.ndarray:
     halves = []
     for sq_ctx, bases, exponent in halves_spec:
         x = sq_ctx.to_limbs(bases)
-        halves.append(from_limbs(mod_op.mod_exp(be, sq_ctx, x, mod_op.exp_limbs(exponent))))
+        # base and exponent derive from p, q: the constant-time op of the backend
+        halves.append(from_limbs(mod_op.mod_exp_secret(be, sq_ctx, x, mod_op.exp_limbs(exponent))))
     psq, qsq, inv = sk.psquare, sk.qsquare, sk.qsquare_inverse
     obf = [b + qsq * ((a - b) * inv % psq) for a, b in zip(*halves)]
     return base_op.to_mont(be, pk.nsquare_ctx, to_limbs(obf, pk.nsquare_ctx.num_limbs))
@@ -399,9 +492,17 @@ def decrypt_limbs(backend, sk: PrivateKey, c_mont: np.ndarray) -> np.ndarray:
     c = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, c_mont))
     halves = []
     for prime, sq_ctx, h in ((sk.p, sk.psquare_ctx, sk.hp), (sk.q, sk.qsquare_ctx, sk.hq)):
-        x = mod_op.mod_exp(be, sq_ctx, sq_ctx.to_limbs([v % sq_ctx.m for v in c]),
-                           mod_op.exp_limbs(prime - 1))
-        halves.append([(v - 1) // prime * h % prime for v in from_limbs(x)])
+        x = from_limbs(mod_op.mod_exp_secret(be, sq_ctx, sq_ctx.to_limbs([v % sq_ctx.m for v in c]),
+                                             mod_op.exp_limbs(prime - 1)))
+        # Second line of defence (the first is require_units at ingress): for a unit c, Fermat
+        # gives c^(p−1) ≡ 1 (mod p).  Anything else (0 included) means c shares the factor, and
+        # L_p of it would hand back a value that factors n: refuse instead of answering.
+        for i, v in enumerate(x):
+            if v % prime != 1:
+                raise InvalidCiphertextError(
+                    f"ciphertext #{i} is not a unit mod n² (a CRT half of its decryption "
+                    f"degenerates); refused, since decrypting it could reveal the key")
+        halves.append([(v - 1) // prime * h % prime for v in x])
     p, q, qinv = sk.p, sk.q, sk.q_inverse
     m = [mq + q * ((mp - mq) * qinv % p) for mp, mq in zip(*halves)]
     return to_limbs(m, pk.n_ctx.num_limbs)

@@ -17,18 +17,29 @@ import math
 from typing import Sequence
 
 import gmpy2
+import numpy as np
 
 from .. import mod_op
 from ..base_op import from_limbs, mont_context
-from ..errors import OperandError, WeakKeyError
+from ..errors import OperandError, SignatureError, WeakKeyError
 from ._util import resolve_backend
 from .primes import random_below, random_prime
 
 DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
+#: largest modulus accepted from anywhere (checked before any other work on the key)
+MAX_KEY_BITS = 8192
 E = 65537
 
-__all__ = ["PublicKey", "PrivateKey", "keygen", "full_domain_hash", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "E"]
+__all__ = ["PublicKey", "PrivateKey", "keygen", "full_domain_hash", "DEFAULT_KEY_BITS", "MIN_KEY_BITS",
+           "MAX_KEY_BITS", "E"]
+
+
+def _check_exponent(e: int) -> None:
+    # Only e = 65537: a small e (3) invites low-exponent attacks on unpadded values, and a huge e
+    # from a peer would make every public operation arbitrarily expensive.
+    if e != E:
+        raise WeakKeyError(f"RSA public exponent must be {E} (got {e})")
 
 
 class PublicKey:
@@ -36,11 +47,13 @@ class PublicKey:
 
     def __init__(self, n: int, e: int = E) -> None:
         n, e = int(n), int(e)
-        if n % 2 == 0 or n.bit_length() < MIN_KEY_BITS:
+        if n <= 0 or n % 2 == 0 or n.bit_length() < MIN_KEY_BITS:
             raise WeakKeyError(f"RSA modulus must be odd and >= {MIN_KEY_BITS} bits "
                                f"(got {n.bit_length()} bits)")
-        if e < 3 or e % 2 == 0:
-            raise WeakKeyError("RSA public exponent must be odd and >= 3 (65537 recommended)")
+        if n.bit_length() > MAX_KEY_BITS:
+            raise WeakKeyError(f"RSA modulus of {n.bit_length()} bits is above the maximum of "
+                               f"{MAX_KEY_BITS}")
+        _check_exponent(e)
         self.n, self.e = n, e
         self.bits = n.bit_length()
         self.n_ctx = mont_context(n)
@@ -88,8 +101,27 @@ class PublicKey:
         be = resolve_backend(backend)
         if len(signed) != len(r_values):
             raise OperandError(f"{len(signed)} signatures but {len(r_values)} blinding factors")
-        inv = [int(gmpy2.invert(int(r), self.n)) for r in r_values]
-        return from_limbs(mod_op.mod_mul(be, self.n_ctx, self._limbs(signed), self._limbs(inv)))
+        s_limbs = self._limbs(signed)          # the signer's values: range-checked to [0, n)
+        inv = []
+        for r in r_values:
+            r = int(r)
+            if not 0 < r < self.n or math.gcd(r, self.n) != 1:
+                raise OperandError("blinding factor outside [1, n) or not invertible mod n")
+            inv.append(int(gmpy2.invert(r, self.n)))
+        return from_limbs(mod_op.mod_mul(be, self.n_ctx, s_limbs, self._limbs(inv)))
+
+    def verify(self, values: Sequence[int], signatures: Sequence[int], backend=None) -> None:
+        """Check s^e == x mod n for every pair (batched); a signer's wrong answer raises.
+
+        Raises:
+            SignatureError: naming the index of the first signature that does not verify.
+            OperandError: a value or signature outside [0, n), or counts that differ.
+        """
+        be = resolve_backend(backend)
+        if len(values) != len(signatures):
+            raise OperandError(f"{len(values)} values but {len(signatures)} signatures")
+        x = self._limbs(values)
+        _verify_limbs(be, self, x, self._limbs(signatures))
 
 
 class PrivateKey:
@@ -97,8 +129,17 @@ class PrivateKey:
 
     def __init__(self, p: int, q: int, e: int = E) -> None:
         p, q, e = int(p), int(q), int(e)
+        _check_exponent(e)
         if p == q:
             raise WeakKeyError("RSA primes p and q must differ")
+        # size limits before any primality test: an oversize "prime" from outside costs nothing
+        for name, x in (("p", p), ("q", q)):
+            if x.bit_length() > MAX_KEY_BITS // 2:
+                raise WeakKeyError(f"RSA factor {name} of {x.bit_length()} bits is above the "
+                                   f"maximum of {MAX_KEY_BITS // 2}")
+        if (p * q).bit_length() < MIN_KEY_BITS:
+            raise WeakKeyError(f"RSA modulus must be >= {MIN_KEY_BITS} bits "
+                               f"(got {(p * q).bit_length()} bits)")
         for name, x in (("p", p), ("q", q)):
             if not gmpy2.is_prime(x, 25):
                 raise WeakKeyError(f"RSA factor {name} is not prime")
@@ -122,20 +163,43 @@ class PrivateKey:
         for y in ys:
             if not 0 <= y < self.public_key.n:
                 raise OperandError("RSA input outside [0, n)")
-        mp = from_limbs(mod_op.mod_exp(be, self.p_ctx, self.p_ctx.to_limbs([y % self.p for y in ys]),
-                                       mod_op.exp_limbs(self.dp)))
-        mq = from_limbs(mod_op.mod_exp(be, self.q_ctx, self.q_ctx.to_limbs([y % self.q for y in ys]),
-                                       mod_op.exp_limbs(self.dq)))
+        # dp, dq are the private key: the backend's constant-time exponentiation
+        mp = from_limbs(mod_op.mod_exp_secret(be, self.p_ctx,
+                                              self.p_ctx.to_limbs([y % self.p for y in ys]),
+                                              mod_op.exp_limbs(self.dp)))
+        mq = from_limbs(mod_op.mod_exp_secret(be, self.q_ctx,
+                                              self.q_ctx.to_limbs([y % self.q for y in ys]),
+                                              mod_op.exp_limbs(self.dq)))
         p, q, qinv = self.p, self.q, self.q_inverse
-        return [b + q * ((a - b) * qinv % p) for a, b in zip(mp, mq)]
+        out = [b + q * ((a - b) * qinv % p) for a, b in zip(mp, mq)]
+        # A fault in one CRT half (hardware, driver, cosmic ray) gives s with s^e ≡ y mod one prime
+        # only; whoever receives it factors n with gcd(s^e − y, n) (Bellcore/Lenstra).  Verify every
+        # result before it leaves: a mismatch raises and nothing is returned.
+        if ys:
+            ctx = self.public_key.n_ctx
+            _verify_limbs(be, self.public_key, ctx.to_limbs(ys), ctx.to_limbs(out))
+        return out
 
     sign = raw_decrypt
 
 
+def _verify_limbs(be, pk: PublicKey, x: np.ndarray, s: np.ndarray) -> None:
+    """Raise SignatureError unless s^e == x mod n row by row (one batched ModExp)."""
+    if len(x) == 0:
+        return
+    se = np.asarray(mod_op.mod_exp(be, pk.n_ctx, s, mod_op.exp_limbs(pk.e)), dtype=np.uint64)
+    bad = (se != np.asarray(x, dtype=np.uint64)).any(axis=1)
+    if bad.any():
+        raise SignatureError(f"RSA signature #{int(np.argmax(bad))} does not verify (s^e != x mod n)")
+
+
 def keygen(bits: int = DEFAULT_KEY_BITS, e: int = E) -> tuple[PublicKey, PrivateKey]:
     """A fresh RSA key pair with n of exactly ``bits`` bits."""
+    _check_exponent(int(e))
     if bits < MIN_KEY_BITS or bits % 2:
         raise WeakKeyError(f"RSA key size must be even and >= {MIN_KEY_BITS}, got {bits}")
+    if bits > MAX_KEY_BITS:
+        raise WeakKeyError(f"RSA key size must be <= {MAX_KEY_BITS}, got {bits}")
     while True:
         p, q = random_prime(bits // 2), random_prime(bits // 2)
         if p != q and (p * q).bit_length() == bits and math.gcd(e, (p - 1) * (q - 1)) == 1:

@@ -17,15 +17,25 @@ Encrypted arrays are one binary frame (all integers little-endian)::
     payload N × L × u64 ciphertexts, *plain* (not Montgomery) so any backend can read them
     crc32   u32       over everything before it
 
-Decoding checks magic, version, length, checksum, key fingerprint and that every ciphertext lies in
-[1, n²), and raises :class:`~unifl.errors.SerializationError` or
-:class:`~unifl.errors.KeyMismatchError` naming the problem.  The CRC detects corruption, not
-tampering: an authenticated channel (mutual TLS) protects frames in transit.
+Decoding checks magic, version, length, checksum, key fingerprint, that the shape's element count
+(computed with Python ints, at most 2^63 − 1, at most MAX_NDIM dimensions) matches the payload
+exactly and that every ciphertext lies in [1, n²), and raises
+:class:`~unifl.errors.SerializationError` or :class:`~unifl.errors.KeyMismatchError` naming the
+problem.  Every ciphertext must also be a unit mod n² (gcd(c, n) = 1), else
+:class:`~unifl.errors.InvalidCiphertextError`: a multiple of p or q would let whoever gets the key
+owner to decrypt it factor n.  The CRC detects corruption, not tampering: an authenticated channel
+(mutual TLS) protects frames in transit.
+
+Keys read by :func:`key_from_json` are checked for size (and RSA's e = 65537) *before* the key
+object is built, so a hostile key costs no primality test or exponentiation.  Every key-parameter
+refusal (too small, above the party's floor, above MAX_KEY_BITS = 8192 bits, e != 65537) is a
+:class:`~unifl.errors.WeakKeyError`; a malformed document is a SerializationError.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 
@@ -33,7 +43,7 @@ import numpy as np
 
 from .. import base_op
 from ..base_op.limbs import less_than
-from ..errors import KeyMismatchError, SerializationError
+from ..errors import KeyMismatchError, SerializationError, WeakKeyError
 from . import paillier, rsa
 from ._util import resolve_backend
 from .array import EncryptedArray
@@ -42,6 +52,36 @@ FORMAT_VERSION = 1
 FRAME_MAGIC = b"UFLC"
 FRAME_VERSION = 1
 _HEAD = struct.Struct("<4sHH16siHH")
+#: most dimensions a received array may have (NumPy's own limit is 32 or 64 by version)
+MAX_NDIM = 32
+_INT64_MAX = (1 << 63) - 1
+_HEX = re.compile(r"[0-9a-fA-F]{1,8192}")
+MAX_KEY_BITS = max(paillier.MAX_KEY_BITS, rsa.MAX_KEY_BITS)
+
+
+def element_count(shape, what: str = "array") -> int:
+    """Number of elements of a received ``shape``, computed with Python ints (no int64 wrap).
+
+    Refuses more than MAX_NDIM dimensions, and shapes whose element count -- or the product of
+    their non-zero dimensions, which NumPy must also represent -- exceeds 2^63 − 1: with int64
+    arithmetic (2^33, 2^33) wraps to 0 and would pass for an empty payload.
+
+    Raises:
+        SerializationError: naming the shape.
+    """
+    dims = [int(d) for d in shape]
+    if len(dims) > MAX_NDIM:
+        raise SerializationError(f"{what} has {len(dims)} dimensions; at most {MAX_NDIM} accepted")
+    count, span = 1, 1
+    for d in dims:
+        if d < 0:
+            raise SerializationError(f"{what} shape {tuple(dims)} has a negative dimension")
+        count *= d
+        span *= max(d, 1)
+        if span > _INT64_MAX:
+            raise SerializationError(f"{what} shape {tuple(dims)} holds more than 2^63 - 1 "
+                                     f"elements")
+    return count
 
 
 # ---------------------------------------------------------------- keys
@@ -50,10 +90,29 @@ def _hex(v: int) -> str:
 
 
 def _int(obj: dict, field: str) -> int:
-    try:
-        return int(obj[field], 16)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SerializationError(f"key JSON: field {field!r} missing or not a hex integer") from exc
+    text = obj.get(field)
+    # digits only (int() would also take signs, "0x", "_" and spaces); 8192 hex digits is 32768 bits
+    if not isinstance(text, str) or not _HEX.fullmatch(text):
+        raise SerializationError(f"key JSON: field {field!r} missing, not a hex integer or longer "
+                                 f"than 8192 hex digits")
+    return int(text, 16)
+
+
+def _check_modulus(kind: str, n: int, min_bits: int | None) -> None:
+    bits = n.bit_length()
+    if bits > MAX_KEY_BITS:
+        raise WeakKeyError(f"{kind} key of {bits} bits is above the maximum of {MAX_KEY_BITS}")
+    if min_bits is not None and bits < min_bits:
+        raise WeakKeyError(f"{kind} key of {bits} bits is below this party's floor of {min_bits} "
+                           f"bits (key_bits)")
+
+
+def _check_primes(kind: str, p: int, q: int, min_bits: int | None) -> None:
+    for name, x in (("p", p), ("q", q)):
+        if x.bit_length() > MAX_KEY_BITS // 2:
+            raise WeakKeyError(f"{kind} factor {name} of {x.bit_length()} bits is above the "
+                               f"maximum of {MAX_KEY_BITS // 2}")
+    _check_modulus(kind, p * q, min_bits)
 
 
 def key_to_json(key) -> str:
@@ -72,11 +131,23 @@ def key_to_json(key) -> str:
     return json.dumps({"unifl": FORMAT_VERSION, **obj})
 
 
-def key_from_json(text: str | bytes):
-    """Inverse of :func:`key_to_json`; validates the key (weak keys raise WeakKeyError)."""
+def key_from_json(text: str | bytes, min_bits: int | None = None):
+    """Inverse of :func:`key_to_json`; validates the key.
+
+    Size limits come first, before the key object is built (no primality test, no exponentiation
+    on a hostile key): the modulus must have at most MAX_KEY_BITS (8192) bits, each prime at most
+    half that, the modulus at least ``min_bits`` bits (the party's ``key_bits`` floor; the SDK's
+    own 1024-bit minimum applies regardless), and RSA's e must be 65537.
+
+    Raises:
+        WeakKeyError: any of those limits, or a weak key found by the constructors.
+        SerializationError: not a UniFL key document (syntax, version, kind, fields).
+    """
+    if min_bits is not None:
+        min_bits = int(min_bits)
     try:
         obj = json.loads(text)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: "[[[[..." nesting
         raise SerializationError(f"key JSON does not parse: {exc}") from exc
     if not isinstance(obj, dict):
         raise SerializationError("key JSON must be an object")
@@ -85,13 +156,24 @@ def key_from_json(text: str | bytes):
                                  f"(this UniFL reads version {FORMAT_VERSION})")
     kind = obj.get("kind")
     if kind == "paillier.public":
-        return paillier.PublicKey(_int(obj, "n"))
+        n = _int(obj, "n")
+        _check_modulus("Paillier", n, min_bits)
+        return paillier.PublicKey(n)
     if kind == "paillier.private":
-        return paillier.PrivateKey(_int(obj, "p"), _int(obj, "q"))
-    if kind == "rsa.public":
-        return rsa.PublicKey(_int(obj, "n"), _int(obj, "e"))
-    if kind == "rsa.private":
-        return rsa.PrivateKey(_int(obj, "p"), _int(obj, "q"), _int(obj, "e"))
+        p, q = _int(obj, "p"), _int(obj, "q")
+        _check_primes("Paillier", p, q, min_bits)
+        return paillier.PrivateKey(p, q)
+    if kind in ("rsa.public", "rsa.private"):
+        e = _int(obj, "e")
+        if e != rsa.E:
+            raise WeakKeyError(f"RSA public exponent must be {rsa.E} (got {e})")
+        if kind == "rsa.public":
+            n = _int(obj, "n")
+            _check_modulus("RSA", n, min_bits)
+            return rsa.PublicKey(n, e)
+        p, q = _int(obj, "p"), _int(obj, "q")
+        _check_primes("RSA", p, q, min_bits)
+        return rsa.PrivateKey(p, q, e)
     raise SerializationError(f"unknown key kind {kind!r}")
 
 
@@ -126,6 +208,8 @@ def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) 
     if fp != bytes.fromhex(public_key.fingerprint)[:16]:
         raise KeyMismatchError("ciphertext frame was produced under another public key")
     ctx = public_key.nsquare_ctx
+    if scale < 0:   # encoding never makes one; operations would turn it into an untyped failure
+        raise SerializationError(f"ciphertext frame has a negative scale ({scale} bits)")
     if limbs != ctx.num_limbs:
         raise SerializationError(f"frame has {limbs}-limb ciphertexts, key needs {ctx.num_limbs}")
     off = _HEAD.size
@@ -138,7 +222,7 @@ def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) 
         off += blen
     except struct.error as exc:
         raise SerializationError(f"ciphertext frame header truncated: {exc}") from exc
-    count = int(np.prod(shape, dtype=np.int64))
+    count = element_count(shape, "ciphertext frame")   # Python ints: no int64 wrap-around
     need = count * limbs * 8
     if len(body) - off != need:
         raise SerializationError(f"ciphertext frame payload has {len(body) - off} bytes, "
@@ -147,6 +231,8 @@ def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) 
     plain = plain.astype(np.uint64)
     if count and (not less_than(plain, ctx.m_limbs).all() or (~plain.any(axis=1)).any()):
         raise SerializationError("ciphertext frame holds values outside [1, n²)")
+    # every ciphertext from outside must be a unit mod n² before anything can decrypt it
+    paillier.require_units(public_key, plain)
     be = resolve_backend(backend)
     return EncryptedArray(public_key, base_op.to_mont(be, ctx, plain), tuple(shape), scale, bound,
                           be)
