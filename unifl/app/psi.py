@@ -7,13 +7,20 @@ Host (server) owns the RSA key (n, e, d); guest (client) holds ids A, host holds
    guest -> host:  [b_a]
 3. host:           s_a = b_a^d = x_a^d · r_a mod n                                       (O7, CRT)
    host -> guest:  [s_a];  and  T = { H2(FDH(b)^d) : b in B }  (sorted digests)         (O7)
-4. guest:          u_a = s_a · r_a^-1 = FDH(a)^d mod n;  t_a = H2(u_a)                   (O9)
-                   A ∩ B = { a : t_a in T }
+4. guest:          u_a = s_a · r_a^-1 = FDH(a)^d mod n, verified: u_a^e = FDH(a) mod n    (O9)
+                   t_a = H2(u_a);  A ∩ B = { a : t_a in T }
    guest -> host:  the digests t_a of the intersection; the host maps them back to its ids.
 
 The host never sees FDH(a) (blinded by a uniform r_a); the guest learns only which of its own ids the
 host also has (H2 of a signature it cannot forge).  Both end with the intersection as strings in the
 canonical order of :func:`unifl.app.data.sorted_ids`.
+
+Neither party trusts the other's messages: the guest accepts only e = 65537 and a modulus of at
+least its own key size, and verifies every signature; the host signs only values in (0, n), at most
+``max_peer_ids`` of them, verifies each CRT signature before it leaves (in
+:meth:`~unifl.phe_sdk.rsa.PrivateKey.raw_decrypt`), and accepts as the intersection only distinct
+digests of its own ids, no more than the guest sent.  A guest can still claim any subset of the
+host's ids it signed as "the intersection" (nothing proves it matched them); see docs/app.md.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import hashlib
 
 import numpy as np
 
-from ..errors import ConfigError, TransportError
+from ..errors import ConfigError, ProtocolViolation, SignatureError, WeakKeyError
 from ..phe_sdk import rsa
 from ..phe_sdk.rsa import full_domain_hash
 from .channel import Channel
@@ -31,6 +38,13 @@ from .timing import Timings
 
 DIGEST = 32
 
+#: The most ids either party accepts from its peer in one PSI: blinded values (host), signatures and
+#: host digests (guest).  2^22 ids are 128 MiB of digests and 1 GiB of 2048-bit values, above any
+#: cross-silo id set we run and far below what would exhaust a party's memory; a count above it is
+#: refused before any exponentiation.  Pass ``max_peer_ids`` to :func:`psi_guest` /
+#: :func:`psi_host` to change it.
+MAX_PEER_IDS = 1 << 22
+
 
 def _h2(values: list[int], n: int) -> list[bytes]:
     """Second hash of the signatures (fixed-width big-endian bytes)."""
@@ -38,13 +52,50 @@ def _h2(values: list[int], n: int) -> list[bytes]:
     return [hashlib.sha256(b"unifl-psi-h2" + v.to_bytes(width, "big")).digest() for v in values]
 
 
-def psi_guest(channel: Channel, ids: list[str], backend, timings: Timings | None = None,
-              prefix: str = "psi") -> list[str]:
-    """The client side: returns the intersection (canonical order)."""
-    t = timings or Timings()
-    pk = channel.recv("host", f"{prefix}/pk")
+def check_peer_key(pk, min_key_bits: int) -> rsa.PublicKey:
+    """The host's RSA key, accepted only with e = 65537 and a modulus of at least ``min_key_bits``
+    bits (the guest's own setting, never the host's claim): a small or odd e, or a short n, would
+    let a hostile host pick a key that makes its "signatures" cheap to fake or invert."""
     if not isinstance(pk, rsa.PublicKey):
-        raise TransportError("PSI: host did not send an RSA public key")
+        raise ProtocolViolation(f"PSI: host sent a {type(pk).__name__} where an RSA public key "
+                                "belongs")
+    if pk.e != rsa.E:
+        raise WeakKeyError(f"PSI: host RSA key has e = {pk.e}; only e = {rsa.E} is accepted")
+    if pk.n.bit_length() < min_key_bits:
+        raise WeakKeyError(f"PSI: host RSA modulus has {pk.n.bit_length()} bits, below this "
+                           f"party's floor of {min_key_bits} bits")
+    return pk
+
+
+def _digest_list(blob, field: str, max_count: int) -> list[bytes]:
+    """``blob`` (bytes from the peer) as its 32-byte digests; the count is checked before anything
+    is split."""
+    if not isinstance(blob, (bytes, bytearray)):
+        raise ProtocolViolation(f"PSI: {field} must be bytes, got {type(blob).__name__}")
+    if len(blob) % DIGEST:
+        raise ProtocolViolation(f"PSI: {field} is {len(blob)} bytes, not a multiple of the "
+                                f"{DIGEST}-byte digest")
+    count = len(blob) // DIGEST
+    if count > max_count:
+        raise ProtocolViolation(f"PSI: {field} holds {count} digests, more than the limit of "
+                                f"{max_count}")
+    return [bytes(blob[i:i + DIGEST]) for i in range(0, len(blob), DIGEST)]
+
+
+def psi_guest(channel: Channel, ids: list[str], backend, timings: Timings | None = None,
+              prefix: str = "psi", *, min_key_bits: int = rsa.MIN_KEY_BITS,
+              max_peer_ids: int = MAX_PEER_IDS) -> list[str]:
+    """The client side: returns the intersection (canonical order).
+
+    The host is not trusted: its key must have e = 65537 and at least ``min_key_bits`` bits
+    (:class:`~unifl.errors.WeakKeyError`), every count and value it sends is checked against this
+    party's own state (:class:`~unifl.errors.ProtocolViolation`), and every unblinded signature
+    must verify, u^e = FDH(id) mod n (:class:`~unifl.errors.SignatureError`): without that a host
+    returning another function of the ids could make the guest compute a wrong intersection or
+    probe which ids it holds.
+    """
+    t = timings or Timings()
+    pk = check_peer_key(channel.recv("host", f"{prefix}/pk"), min_key_bits)
     with t.subtask("PSI: hash & blind ids", "FDH, O8 blind (RSA ModExp r^e, ModMult)"):
         with t.crypto():
             hashed = full_domain_hash(ids, pk.n)
@@ -52,22 +103,36 @@ def psi_guest(channel: Channel, ids: list[str], backend, timings: Timings | None
     channel.send("host", f"{prefix}/blinded", np.array(_ints_to_u64(blinded, pk.n)))
     signed_arr = channel.recv("host", f"{prefix}/signed")
     host_digests = channel.recv("host", f"{prefix}/host_digests")
-    with t.subtask("PSI: unblind & match", "O9 unblind (ModMult by r^-1), H2"):
-        signed = _u64_to_ints(signed_arr, pk.n)
-        if len(signed) != len(ids):
-            raise TransportError(f"PSI: host signed {len(signed)} values, {len(ids)} were sent")
+    with t.subtask("PSI: unblind & match", "O9 unblind (ModMult by r^-1), verify (ModExp u^e), H2"):
+        signed = _u64_to_ints(signed_arr, pk.n, len(ids), "signed values")
+        for s in signed:
+            if not 0 < s < pk.n:
+                raise ProtocolViolation("PSI: host sent a signature outside [1, n)")
+        theirs = set(_digest_list(host_digests, "host digests", max_peer_ids))
         with t.crypto():
             unblinded = pk.unblind(signed, rs, backend)
+            check = pk.raw_encrypt(unblinded, backend)
+        bad = sum(1 for c, x in zip(check, hashed) if c != x)
+        if bad:
+            raise SignatureError(f"PSI: {bad} of {len(ids)} signatures from the host do not "
+                                 "verify (u^e != FDH(id) mod n)")
         mine = _h2(unblinded, pk.n)
-        theirs = {bytes(host_digests[i:i + DIGEST]) for i in range(0, len(host_digests), DIGEST)}
         hits = [(d, i) for d, i in zip(mine, ids) if d in theirs]
-    channel.send("host", f"{prefix}/result", b"".join(d for d, _ in sorted(hits)))
+    channel.send("host", f"{prefix}/result", b"".join(sorted({d for d, _ in hits})))
     return sorted_ids(i for _, i in hits)
 
 
 def psi_host(channel: Channel, ids: list[str], backend, key_bits: int = rsa.DEFAULT_KEY_BITS,
-             timings: Timings | None = None, prefix: str = "psi") -> list[str]:
-    """The server side (owns the RSA key): returns the intersection (canonical order)."""
+             timings: Timings | None = None, prefix: str = "psi", *,
+             max_peer_ids: int = MAX_PEER_IDS) -> list[str]:
+    """The server side (owns the RSA key): returns the intersection (canonical order).
+
+    The guest is not trusted: at most ``max_peer_ids`` blinded values, each in (0, n), are signed
+    (checked before any exponentiation), and the intersection it reports must be distinct digests
+    of the host's own ids, no more than it sent (:class:`~unifl.errors.ProtocolViolation`).  Every
+    signature is verified by :meth:`unifl.phe_sdk.rsa.PrivateKey.raw_decrypt` before it leaves
+    (a fault in one CRT half would hand the guest a factor of n).
+    """
     t = timings or Timings()
     with t.subtask("PSI: RSA key generation", "RSA keygen"):
         with t.crypto():
@@ -80,20 +145,27 @@ def psi_host(channel: Channel, ids: list[str], backend, key_bits: int = rsa.DEFA
     by_digest = dict(zip(digests, ids))
     blinded_arr = channel.recv("guest", f"{prefix}/blinded")
     with t.subtask("PSI: sign guest's blinded ids", "O7 RSA private op (CRT)"):
-        blinded = _u64_to_ints(blinded_arr, pk.n)
+        if isinstance(blinded_arr, np.ndarray) and blinded_arr.ndim and \
+                blinded_arr.shape[0] > max_peer_ids:
+            raise ProtocolViolation(f"PSI: guest sent {blinded_arr.shape[0]} blinded values, more "
+                                    f"than the limit of {max_peer_ids}")
+        blinded = _u64_to_ints(blinded_arr, pk.n, None, "blinded values")
         for b in blinded:
             if not 0 < b < pk.n:
-                raise TransportError("PSI: blinded value outside (0, n)")
+                raise ProtocolViolation("PSI: blinded value outside (0, n)")
         with t.crypto():
             signed = sk.raw_decrypt(blinded, backend)
     channel.send("guest", f"{prefix}/signed", np.array(_ints_to_u64(signed, pk.n)))
     channel.send("guest", f"{prefix}/host_digests", b"".join(sorted(digests)))
     result = channel.recv("guest", f"{prefix}/result")
+    # the guest can only have matched ids it sent, and each at most once
+    reported = _digest_list(result, "intersection digests", min(len(blinded), len(by_digest)))
+    if len(set(reported)) != len(reported):
+        raise ProtocolViolation("PSI: guest reported the same intersection digest twice")
     inter = []
-    for i in range(0, len(result), DIGEST):
-        d = bytes(result[i:i + DIGEST])
+    for d in reported:
         if d not in by_digest:
-            raise TransportError("PSI: guest reported an id the host does not have")
+            raise ProtocolViolation("PSI: guest reported an id the host does not have")
         inter.append(by_digest[d])
     return sorted_ids(inter)
 
@@ -107,12 +179,16 @@ def _ints_to_u64(values: list[int], n: int) -> np.ndarray:
     return out
 
 
-def _u64_to_ints(arr, n: int) -> list[int]:
-    arr = np.asarray(arr)
+def _u64_to_ints(arr, n: int, rows: int | None = None, field: str = "values") -> list[int]:
+    """The peer's (N, L) limb matrix as ints; the shape (and N when ``rows`` is ours to know) is
+    checked before any conversion."""
     limbs = -(-n.bit_length() // 64)
-    if arr.ndim != 2 or arr.shape[1] != limbs or arr.dtype != np.uint64:
-        raise TransportError(f"PSI: expected a (N, {limbs}) uint64 array, got {arr.shape} "
-                             f"{arr.dtype}")
+    if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.shape[1] != limbs or \
+            arr.dtype != np.uint64:
+        raise ProtocolViolation(f"PSI: {field}: expected a (N, {limbs}) uint64 array, got "
+                                f"{np.shape(arr)} {getattr(arr, 'dtype', type(arr).__name__)}")
+    if rows is not None and arr.shape[0] != rows:
+        raise ProtocolViolation(f"PSI: {field}: host sent {arr.shape[0]}, {rows} were sent to it")
     return [int.from_bytes(row.astype("<u8").tobytes(), "little") for row in arr]
 
 
@@ -144,9 +220,10 @@ def party_ids(role: str, job: dict, data_dir: str | None) -> list[str]:
 def intersect(role: str, job: dict, channel: Channel, backend, ids: list[str],
               timings: Timings) -> list[str]:
     """Run the PSI for this role (guest = client, host = server)."""
+    # this party's own setting: the host's key size, and the guest's floor for the host's key
     bits = int(job["params"].get("rsa_bits", job.get("key_bits", rsa.DEFAULT_KEY_BITS)))
     if role == "guest":
-        return psi_guest(channel, ids, backend, timings)
+        return psi_guest(channel, ids, backend, timings, min_key_bits=bits)
     if role == "host":
         return psi_host(channel, ids, backend, bits, timings)
     raise ConfigError("PSI runs between guest and host only")

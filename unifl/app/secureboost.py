@@ -23,7 +23,8 @@ bin their own features by train-split quantiles (``num_bins`` bins; bin(x) = #{e
 4. leaves get w = −G/(H + λ); F += learning_rate · w.
 
 As in SecureBoost, the host learns the instance space of each node (which rows share a node), never
-a gradient or label.  Prediction: the host sends, for each of its records, the rows of the held-out
+a gradient or label.  The host answers only the queries this protocol makes (:class:`HostGuard`):
+the levels of trees it expects, histograms of one child per split, one split query per node.  Prediction: the host sends, for each of its records, the rows of the held-out
 split that go left; the guest walks the trees and reports the AUC.
 """
 
@@ -34,7 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import ConfigError, TransportError
+from ..errors import ConfigError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, histogram, paillier
 from .channel import Channel
 from .data import load_party, sorted_ids, subsample_ids, train_test_split
@@ -263,7 +264,7 @@ def grow_tree(tree_no: int, gi: np.ndarray, hi: np.ndarray, guest_bins: np.ndarr
                 rec, go_left = host_left[nid]
                 go_left = np.asarray(go_left, dtype=bool)
                 if go_left.shape != rows.shape:
-                    raise TransportError("host returned a partition of the wrong size")
+                    raise ProtocolViolation("host returned a partition of the wrong size")
             left, right = next_id, next_id + 1
             next_id += 2
             node = nodes[nid]
@@ -345,6 +346,177 @@ def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
     return trees, f0, F
 
 
+# ------------------------------------------------------------------ the host's protocol guard
+#: The most host features a guest accepts in the host's ``sbt/info`` (it sizes the guest's
+#: histogram buffers, F × 2 × nodes × bins); far above any vertical-FL table we run.
+MAX_HOST_FEATURES = 1 << 16
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+class HostGuard:
+    """The host's own view of the tree the guest is growing, so that it answers only the queries
+    the protocol needs and refuses anything else with :class:`~unifl.errors.ProtocolViolation`
+    (naming the field and the limit) before doing any work for it.
+
+    The host cannot see the guest's own splits, but it knows the structure they must have: per
+    tree, levels come at depth 0, 1, ... < ``max_depth`` (its own params); the root holds every
+    training row; at each later level the active nodes come in (left, right) pairs, each pair
+    being *all* the rows of one node of the previous level (parents in order, each with >= 2
+    rows), settled rows stay settled, and a node the host split itself must be partitioned
+    exactly as the host answered.  Per level the guest gets one histogram per pair (of the smaller
+    child, as :func:`grow_tree` picks it; the root's at depth 0) and at most one split query per
+    active node (>= 2 rows), with a feature < the host's feature count and a bin < num_bins − 1
+    (a split at the last bin sends every row left), each node at most once.  Without these
+    bounds a guest could put every row in a node of its own, or ask every (feature, bin) at the
+    root, and read the host's whole binned matrix.
+    """
+
+    LEVEL_FIELDS = frozenset({"tree", "depth", "active", "nodes", "want"})
+
+    def __init__(self, n_rows: int, n_features: int, p: BoostParams) -> None:
+        self.n, self.fh, self.p = n_rows, n_features, p
+        self.tree = -1
+
+    def start_tree(self, tree: int) -> None:
+        self.tree = tree
+        self.depth = 0                      # the depth of the next level the guest may ask
+        self.local: np.ndarray | None = None   # this level's node of every row (−1: settled)
+        self.n_active = 0
+        self.asked_splits = False
+        self.host_left: dict[int, np.ndarray] = {}   # last level: node -> rows going left
+
+    def check_level(self, level) -> tuple[int, np.ndarray, int, np.ndarray]:
+        """(depth, node of every row, number of active nodes, wanted nodes) of a level request,
+        after checking it against the host's own state."""
+        if not isinstance(level, dict) or set(level) != self.LEVEL_FIELDS:
+            got = sorted(level) if isinstance(level, dict) else type(level).__name__
+            raise ProtocolViolation(f"SBT host: a level request must have the fields "
+                                    f"{sorted(self.LEVEL_FIELDS)}, got {got}")
+        tree, depth, n_active = level["tree"], level["depth"], level["active"]
+        if not _is_int(tree) or int(tree) != self.tree:
+            raise ProtocolViolation(f"SBT host: level request for tree {tree!r}; the host is on "
+                                    f"tree {self.tree} of n_trees = {self.p.n_trees}")
+        if not _is_int(depth) or int(depth) != self.depth:
+            raise ProtocolViolation(f"SBT host: level request at depth {depth!r}; the next level "
+                                    f"of tree {self.tree} is depth {self.depth}")
+        if self.depth >= self.p.max_depth:
+            raise ProtocolViolation(f"SBT host: depth {self.depth} is not below max_depth = "
+                                    f"{self.p.max_depth}")
+        if self.depth and not self.asked_splits:
+            raise ProtocolViolation("SBT host: a new level before the split request of the last")
+        limit = 1 if self.depth == 0 else 2 * self.n_active
+        if not _is_int(n_active) or not 1 <= int(n_active) <= limit:
+            raise ProtocolViolation(f"SBT host: 'active' = {n_active!r} at depth {self.depth}; "
+                                    f"it must lie in [1, {limit}]")
+        n_active = int(n_active)
+        nodes, want = level["nodes"], level["want"]
+        for name, arr in (("nodes", nodes), ("want", want)):
+            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iu" or arr.ndim != 1:
+                raise ProtocolViolation(f"SBT host: '{name}' must be a 1-d integer array")
+        if nodes.shape != (self.n,):
+            raise ProtocolViolation(f"SBT host: 'nodes' has shape {nodes.shape}; the host has "
+                                    f"{self.n} training rows")
+        local = nodes.astype(np.int64)
+        if local.size and (local.min() < -1 or local.max() >= n_active):
+            raise ProtocolViolation(f"SBT host: 'nodes' holds a node outside [-1, {n_active})")
+        want = want.astype(np.int64)
+        counts = np.bincount(local[local >= 0], minlength=n_active)
+        if self.depth == 0:
+            if not (local == 0).all():
+                raise ProtocolViolation("SBT host: at depth 0 every training row is in the root")
+            expect = np.zeros(1, np.int64)
+        else:
+            expect = self._check_children(local, n_active, counts)
+        if want.shape != expect.shape or (want != expect).any():
+            raise ProtocolViolation(f"SBT host: 'want' must name one node per pair of children "
+                                    f"(the smaller, {len(expect)} in all), got {want.size} "
+                                    "entries that differ")
+        self.local, self.n_active, self.counts = local, n_active, counts
+        self.host_left = {}
+        self.asked_splits = False
+        self.depth += 1
+        return self.depth - 1, local, n_active, want
+
+    def _check_children(self, local: np.ndarray, n_active: int, counts: np.ndarray
+                        ) -> np.ndarray:
+        """Check the pairs of this level against the previous level; the wanted nodes."""
+        prev = self.local
+        if n_active % 2:
+            raise ProtocolViolation(f"SBT host: {n_active} active nodes at depth {self.depth}; "
+                                    "children come in pairs")
+        if ((prev < 0) & (local >= 0)).any():
+            raise ProtocolViolation("SBT host: 'nodes' puts a settled row back into a node")
+        pair = np.where(local >= 0, local // 2, -1)
+        prev_counts = np.bincount(prev[prev >= 0], minlength=self.n_active)
+        parents = []
+        for j in range(n_active // 2):
+            in_pair = pair == j
+            parent = np.unique(prev[in_pair])
+            if parent.size != 1 or parent[0] < 0 or \
+                    int(in_pair.sum()) != int(prev_counts[parent[0]]) or prev_counts[parent[0]] < 2:
+                raise ProtocolViolation(f"SBT host: the children {2 * j}, {2 * j + 1} at depth "
+                                        f"{self.depth} are not all the rows of one node (of >= 2 "
+                                        "rows) of the last level")
+            parent = int(parent[0])
+            if parents and parent <= parents[-1]:
+                raise ProtocolViolation(f"SBT host: the children of node {parent} come out of "
+                                        "order or twice")
+            parents.append(parent)
+            left = self.host_left.get(parent)
+            if left is not None and not np.array_equal(local == 2 * j, in_pair & left):
+                raise ProtocolViolation(f"SBT host: node {parent} was split by the host, but its "
+                                        "children are not the host's partition")
+        missing = set(self.host_left) - set(parents)
+        if missing:
+            raise ProtocolViolation(f"SBT host: node(s) {sorted(missing)} were split by the host "
+                                    "but have no children")
+        left_c, right_c = counts[0::2], counts[1::2]
+        return np.where(left_c <= right_c, np.arange(0, n_active, 2), np.arange(1, n_active, 2))
+
+    def check_splits(self, splits) -> list[tuple[int, int, int]]:
+        """The split request of the current level as (node, feature, bin), all checked first."""
+        if self.local is None or self.asked_splits:
+            raise ProtocolViolation("SBT host: a split request without a level request before it")
+        if not isinstance(splits, (list, tuple)):
+            raise ProtocolViolation(f"SBT host: 'splits' must be a list, got "
+                                    f"{type(splits).__name__}")
+        if len(splits) > self.n_active:
+            raise ProtocolViolation(f"SBT host: {len(splits)} split queries at depth "
+                                    f"{self.depth - 1}; at most one per active node "
+                                    f"({self.n_active})")
+        out, seen = [], set()
+        last_bin = self.p.num_bins - 1
+        for s in splits:
+            if not isinstance(s, (list, tuple)) or len(s) != 3 or not all(map(_is_int, s)):
+                raise ProtocolViolation("SBT host: a split query must be [node, feature, bin] "
+                                        "(integers)")
+            i, f, b = (int(v) for v in s)
+            if not 0 <= i < self.n_active:
+                raise ProtocolViolation(f"SBT host: split node {i} is not an active node "
+                                        f"(0 <= node < {self.n_active})")
+            if i in seen:
+                raise ProtocolViolation(f"SBT host: node {i} asked twice at depth {self.depth - 1}")
+            if self.counts[i] < 2:
+                raise ProtocolViolation(f"SBT host: node {i} has {self.counts[i]} row(s); only a "
+                                        "node of >= 2 rows is split")
+            if not 0 <= f < self.fh:
+                raise ProtocolViolation(f"SBT host: split feature {f} outside [0, {self.fh})")
+            if not 0 <= b < last_bin:
+                raise ProtocolViolation(f"SBT host: split bin {b} outside [0, {last_bin}) "
+                                        f"(num_bins = {self.p.num_bins})")
+            seen.add(i)
+            out.append((i, f, b))
+        self.asked_splits = True
+        return out
+
+    def answered(self, node: int, left: np.ndarray) -> None:
+        """Remember the host's answer (rows of ``node`` going left, as a mask over all rows)."""
+        self.host_left[node] = left
+
+
 # ------------------------------------------------------------------ the two parties
 class _RemoteHost:
     """HostSide over the channel, with the guest's private key for the histograms."""
@@ -353,11 +525,12 @@ class _RemoteHost:
                  n_host_features: int, n_rows: int) -> None:
         self.channel, self.sk, self.t, self.p, self.fh = channel, sk, t, p, n_host_features
         self.n = n_rows
+        self.records: set[int] = set()   # the host's record ids this guest was given
 
     def histograms(self, tree, depth, node_local, n_active, want):
         tag = f"sbt/t{tree}/d{depth}"
         self.channel.send("host", f"sbt/t{tree}/level", {
-            "depth": depth, "active": n_active, "nodes": node_local.astype(np.int32),
+            "tree": tree, "depth": depth, "active": n_active, "nodes": node_local.astype(np.int32),
             "want": np.asarray(want, np.int32)})
         enc = self.channel.recv("host", f"{tag}/hist")
         pk = self.sk.public_key
@@ -366,7 +539,7 @@ class _RemoteHost:
         per = cells_per_ciphertext(pk, width)
         if not isinstance(enc, EncryptedArray) or enc.public_key != pk or \
                 enc.shape != (-(-cells // per),):
-            raise TransportError("host histograms have the wrong key or shape")
+            raise ProtocolViolation("host histograms have the wrong key or shape")
         with self.t.subtask("SBT: decrypt histograms", "O2 dec"):
             with self.t.crypto():
                 vals = enc.decrypt(self.sk)
@@ -381,9 +554,21 @@ class _RemoteHost:
         tag = f"sbt/t{tree}/d{depth}"
         self.channel.send("host", f"{tag}/splits", [list(map(int, s)) for s in splits])
         reply = self.channel.recv("host", f"{tag}/left")
-        if len(reply["records"]) != len(splits) or len(reply["left"]) != len(splits):
-            raise TransportError("host answered a different number of splits")
-        return list(reply["records"]), list(reply["left"])
+        if not isinstance(reply, dict) or set(reply) != {"records", "left"} or \
+                not isinstance(reply["records"], list) or not isinstance(reply["left"], list) or \
+                len(reply["records"]) != len(splits) or len(reply["left"]) != len(splits):
+            raise ProtocolViolation("host answered a different number of splits")
+        records = reply["records"]
+        if not all(_is_int(r) for r in records) or \
+                any(int(r) < 0 or int(r) in self.records for r in records) or \
+                len(set(map(int, records))) != len(records):
+            raise ProtocolViolation("host split answer: record ids must be new, distinct, >= 0")
+        for (i, _f, _b), m in zip(splits, reply["left"]):
+            if not isinstance(m, np.ndarray) or m.dtype != np.bool_ or \
+                    m.shape != (int((node_local == i).sum()),):
+                raise ProtocolViolation("host returned a partition of the wrong size or type")
+        self.records.update(int(r) for r in records)
+        return [int(r) for r in records], list(reply["left"])
 
 
 class PlainHost:
@@ -431,8 +616,14 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
             pk, sk = paillier.keygen(job["key_bits"])
     channel.send("host", "sbt/pk", pk)
     info = channel.recv("host", "sbt/info")
+    if not isinstance(info, dict) or not _is_int(info.get("rows")) or \
+            not _is_int(info.get("features")):
+        raise ProtocolViolation("SBT guest: host info must hold integer 'rows' and 'features'")
     if int(info["rows"]) != len(y_tr):
         raise ConfigError("guest and host have different numbers of training rows")
+    if not 1 <= int(info["features"]) <= MAX_HOST_FEATURES:
+        raise ProtocolViolation(f"SBT guest: host claims {info['features']} features; accepted: "
+                                f"1 to {MAX_HOST_FEATURES}")
     remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr))
 
     def encrypt_gh(k, gi, hi):
@@ -445,7 +636,13 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
         trees, f0, f_train = boost(y_tr, bins_tr, remote, p, t, on_tree=lambda: advance(1),
                           encrypt_gh=encrypt_gh)
     host_left = channel.recv("host", "sbt/test_left")
-    host_left = {int(k): np.asarray(v, dtype=bool) for k, v in host_left.items()}
+    want_keys = {str(r) for r in remote.records}
+    if not isinstance(host_left, dict) or set(host_left) != want_keys or \
+            any(not isinstance(v, np.ndarray) or v.dtype != np.bool_ or v.shape != (len(y_te),)
+                for v in host_left.values()):
+        raise ProtocolViolation(f"SBT guest: host test partitions must be one boolean array of "
+                                f"{len(y_te)} rows per host record ({len(want_keys)})")
+    host_left = {int(k): v for k, v in host_left.items()}
     with t.subtask("SBT: evaluate (guest)", "plaintext"):
         F = f0 + sum(p.learning_rate * predict_tree(nodes, bins_te, host_left) for nodes in trees)
         auc = roc_auc(y_te, sigmoid(F))
@@ -458,26 +655,30 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
 def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
     bins_tr, bins_te, edges, _, _ = _prepare("host", job, p, ids, data_dir)
     pk = channel.recv("guest", "sbt/pk")
+    if not isinstance(pk, paillier.PublicKey):
+        raise ProtocolViolation(f"SBT host: guest sent a {type(pk).__name__} where its Paillier "
+                                "public key belongs")
+    if pk.n.bit_length() < job["key_bits"]:
+        raise WeakKeyError(f"SBT host: the guest's Paillier key has {pk.n.bit_length()} bits, "
+                           f"below this party's key_bits = {job['key_bits']}")
     n = len(bins_tr)
     channel.send("guest", "sbt/info", {"rows": int(n), "features": bins_tr.shape[1]})
     nb = p.num_bins
+    guard = HostGuard(n, bins_tr.shape[1], p)
     records: list[tuple[int, float, int]] = []   # lookup table: record id -> (feature, threshold, bin)
     for k in range(p.n_trees):
+        guard.start_tree(k)
         enc_gh = channel.recv("guest", f"sbt/t{k}/gh")
         if not isinstance(enc_gh, EncryptedArray) or enc_gh.public_key != pk or \
                 enc_gh.shape != (n,):
-            raise TransportError("host: g/h under an unexpected key or shape")
+            raise ProtocolViolation(f"SBT host: [[g, h]] of tree {k} must be {n} ciphertexts "
+                                    "under the guest's key")
         while True:
             level = channel.recv("guest", f"sbt/t{k}/level")
             if level is None:   # the tree is complete
                 break
-            tag = f"sbt/t{k}/d{int(level['depth'])}"
-            local = np.asarray(level["nodes"], dtype=np.int64)
-            n_active = int(level["active"])
-            want = np.asarray(level["want"], dtype=np.int64)
-            if local.shape != (n,) or local.max(initial=-1) >= n_active or n_active > n or \
-                    (want.size and (want.min() < 0 or want.max() >= n_active)):
-                raise TransportError("host: node assignment of the wrong size")
+            depth, local, n_active, want = guard.check_level(level)
+            tag = f"sbt/t{k}/d{depth}"
             pos = np.full(n_active + 1, -1, np.int64)    # local index -> position in want
             pos[want] = np.arange(len(want))
             slot = pos[local]
@@ -493,16 +694,20 @@ def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
                 with t.crypto():
                     hist = compress_cells(hist.reshape(-1), cell_bits(n), pk).obfuscate()
             channel.send("guest", f"{tag}/hist", hist)
-            splits = channel.recv("guest", f"{tag}/splits")
+            splits = guard.check_splits(channel.recv("guest", f"{tag}/splits"))
             recs, left = [], []
-            for i, f, bb in ((int(a), int(b_), int(c)) for a, b_, c in splits):
-                if not (0 <= i < n_active and 0 <= f < bins_tr.shape[1] and 0 <= bb < nb):
-                    raise TransportError("host: split request out of range")
+            for i, f, bb in splits:
+                in_node = local == i
+                goes_left = bins_tr[in_node, f] <= bb
+                mask = np.zeros(n, bool)
+                mask[in_node] = goes_left
+                guard.answered(i, mask)
                 recs.append(len(records))
                 records.append((f, float(edges[f][bb]) if bb < len(edges[f]) else float("inf"), bb))
-                left.append(bins_tr[local == i, f] <= bb)
+                left.append(goes_left)
             channel.send("guest", f"{tag}/left", {"records": recs, "left": left})
-    # prediction: for each record, which held-out rows go left (x <= threshold, i.e. bin <= b)
+    # prediction: for each record, which held-out rows go left (x <= threshold, i.e. bin <= b);
+    # records exist only for the split queries the guard let through
     test_left = {str(r): bins_te[:, f] <= bb for r, (f, _thr, bb) in enumerate(records)}
     channel.send("guest", "sbt/test_left", test_left)
     return {"metrics": {"records": len(records)},
