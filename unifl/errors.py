@@ -101,3 +101,14 @@ class InsecureTransportError(TransportError):
 
 class SignatureError(UniflError, ValueError):
     """An RSA signature does not verify (s^e != FDH(x) mod n): a faulty or dishonest signer."""
+
+
+class PrivateKeyExposure(UniflError, TypeError):
+    """A private key (the object, or its JSON text however wrapped or nested) was about to be
+    encoded into an ordinary message; private keys travel only through the explicit private-key
+    path over mutually authenticated TLS."""
+
+
+class DeviceDataLost(BackendUnavailable):
+    """Values held only in the memory of a device that failed cannot be read back, so the work that
+    needs them cannot be re-run on another backend; the job has to resume from a checkpoint."""

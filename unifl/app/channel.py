@@ -5,6 +5,12 @@
 Paillier public keys by fingerprint -- every key it sends or receives, plus keys registered by the
 party -- so an encrypted array that arrives is decoded under the key its frame names; a ciphertext
 under any other key is rejected with :class:`~unifl.errors.KeyMismatchError`.
+
+Every transport says whether it is ``mutually_authenticated`` (mutual TLS, or never leaving the
+process); one without the attribute counts as not.  A private key crosses only through
+:meth:`Channel.send_private_key` / :meth:`Channel.recv_private_key`, and both refuse with
+:class:`~unifl.errors.InsecureTransportError` on a transport that is not mutually authenticated.
+Keys received are held to the channel's ``min_key_bits`` floor (the party's ``key_bits``).
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import time
 from collections import deque
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import PeerTimeout, TransportError
-from ..phe_sdk import paillier
+from ..errors import InsecureTransportError, PeerTimeout, TransportError
+from ..phe_sdk import paillier, rsa
 from . import codec
 
 ROLES = ("guest", "host", "arbiter")
@@ -24,7 +30,12 @@ ROLES = ("guest", "host", "arbiter")
 @runtime_checkable
 class Transport(Protocol):
     """Bytes between named roles.  Messages of one (src, dst) pair with the same tag arrive in
-    send order.  ``recv`` raises :class:`PeerTimeout` when nothing arrives within ``timeout``."""
+    send order.  ``recv`` raises :class:`PeerTimeout` when nothing arrives within ``timeout``.
+
+    A transport should also say ``mutually_authenticated: bool``: True only when both ends are
+    authenticated and the link encrypted (mutual TLS), or the bytes never leave the process.  It is
+    read with ``getattr(..., False)`` (not a protocol member, so older transports still satisfy the
+    protocol): one without it counts as insecure, and private keys never cross it."""
 
     role: str
     stats: dict
@@ -77,7 +88,13 @@ class LocalHub:
 
 
 class LocalTransport:
-    """``Transport`` between threads of one process (tests, single-machine benchmarks)."""
+    """``Transport`` between threads of one process (tests, single-machine benchmarks).
+
+    ``mutually_authenticated`` is True: the bytes never leave the process's memory, and every
+    endpoint is a thread of that process created with its role by the same code, so there is no
+    wire to read and no stranger to authenticate (what mutual TLS provides between processes)."""
+
+    mutually_authenticated = True
 
     def __init__(self, role: str, hub: LocalHub) -> None:
         self.role = role
@@ -115,8 +132,11 @@ class Channel:
     """Objects between parties over a ``Transport`` (see the module docstring)."""
 
     def __init__(self, transport: Transport, default_timeout: float = 120.0,
-                 backend=None) -> None:
+                 backend=None, min_key_bits: int | None = None) -> None:
         self.transport = transport
+        #: the party's key_bits floor: any key received below it is refused (WeakKeyError) before
+        #: a key object is built
+        self.min_key_bits = min_key_bits
         self.role: str = transport.role
         self.default_timeout = default_timeout
         #: backend decoded encrypted arrays compute on (a party sets its own)
@@ -148,9 +168,47 @@ class Channel:
         t0 = time.perf_counter()
         try:
             return codec.decode(data, self.known_key, on_key=self.register_key,
-                                backend=self.backend)
+                                backend=self.backend, min_key_bits=self.min_key_bits)
         finally:
             self.codec_seconds += time.perf_counter() - t0
+
+    # ---- private keys: only over a mutually authenticated transport
+    @property
+    def mutually_authenticated(self) -> bool:
+        """Whether the transport is mutually authenticated TLS (or in-process)."""
+        return getattr(self.transport, "mutually_authenticated", False) is True
+
+    def _require_mutual_auth(self, what: str) -> None:
+        if not self.mutually_authenticated:
+            raise InsecureTransportError(
+                f"{self.role}: refusing to {what}: the transport "
+                f"({type(self.transport).__name__}) is not mutually authenticated TLS; configure "
+                "network.tls (cert, key, ca) for every party")
+
+    def send_private_key(self, dst: str, tag: str,
+                         key: "paillier.PrivateKey | rsa.PrivateKey") -> None:
+        """Send a private key to ``dst``; refused unless the transport is mutually authenticated.
+
+        Raises:
+            InsecureTransportError: the transport is not mutual TLS (nothing is sent).
+        """
+        self._require_mutual_auth(f"send a private key to {dst} [{tag}]")
+        data = codec.encode_private_key(key)
+        self.transport.send(dst, tag, data)
+
+    def recv_private_key(self, src: str, tag: str, timeout: float | None = None
+                         ) -> "paillier.PrivateKey | rsa.PrivateKey":
+        """Receive a private key from ``src`` (held to ``min_key_bits``); refused unless the
+        transport is mutually authenticated.
+
+        Raises:
+            InsecureTransportError: the transport is not mutual TLS (nothing is read).
+            SerializationError: the message is not a private key.
+        """
+        self._require_mutual_auth(f"receive a private key from {src} [{tag}]")
+        data = self.transport.recv(src, tag, self.default_timeout if timeout is None else timeout)
+        return codec.decode(data, None, backend=self.backend, min_key_bits=self.min_key_bits,
+                            allow_private_key=True)
 
     def _register_keys_in(self, obj: Any) -> None:
         if isinstance(obj, paillier.PublicKey):

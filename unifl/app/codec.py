@@ -18,7 +18,20 @@ A     numpy numeric array     dtype code u8 (see ``_DTYPES``), ndim u8, shape nd
 P     paillier.PublicKey      length, key JSON (``unifl.phe_sdk.serialize``)
 R     rsa.PublicKey           length, key JSON
 E     EncryptedArray          length, ciphertext frame (``serialize.array_to_bytes``)
+K     private key (top level) length, key JSON; made only by :func:`encode_private_key`
 ====  ======================  ==========================================================
+
+Private keys never travel in an ordinary message: :func:`encode` refuses a private key object and
+also its JSON text smuggled as a ``str`` or ``bytes`` value, a dict key, or a JSON text nested in
+another (any text naming the kind ``paillier.private``/``rsa.private``, and any mapping with the
+private fields ``p`` and ``q``), with :class:`~unifl.errors.PrivateKeyExposure`.  The one path for
+a private key is :func:`encode_private_key` (tag K, used by ``Channel.send_private_key`` over mutual
+TLS only), and :func:`decode` accepts tag K only when called with ``allow_private_key=True``.  The
+guard recognises the key's own encodings, not an arbitrary re-encoding of its numbers (a bare prime
+as an int, base64 of the JSON): those are excluded by review, not by parsing.
+
+Keys received are held to the receiver's floor (``min_key_bits``) by their bit length, read from the
+JSON before any key object is built, so an undersized key costs no primality test.
 
 Decoding never executes anything: it accepts exactly these types, checks every length against the
 bytes that remain, limits nesting depth, and raises :class:`~unifl.errors.SerializationError` for
@@ -29,12 +42,14 @@ or received earlier); an unknown fingerprint raises :class:`~unifl.errors.KeyMis
 
 from __future__ import annotations
 
+import inspect
+import json
 import struct
 from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import KeyMismatchError, SerializationError
+from ..errors import KeyMismatchError, PrivateKeyExposure, SerializationError, WeakKeyError
 from ..phe_sdk import paillier, rsa, serialize
 from ..phe_sdk.array import EncryptedArray
 
@@ -59,11 +74,83 @@ def fingerprint16(key: paillier.PublicKey) -> bytes:
 
 # ------------------------------------------------------------------ encoding
 def encode(obj: Any) -> bytes:
-    """``obj`` as one versioned message; raises TypeError for a type the codec does not carry."""
+    """``obj`` as one versioned message; raises TypeError for a type the codec does not carry and
+    :class:`~unifl.errors.PrivateKeyExposure` (a TypeError) for a private key in any form."""
     out = bytearray(MAGIC)
     out.append(VERSION)
     _enc(obj, out, 0)
     return bytes(out)
+
+
+def encode_private_key(key: "paillier.PrivateKey | rsa.PrivateKey") -> bytes:
+    """A private key as a message of its own (tag K).  Only ``Channel.send_private_key`` calls this,
+    after checking that the transport is mutually authenticated TLS."""
+    if not isinstance(key, (paillier.PrivateKey, rsa.PrivateKey)):
+        raise TypeError(f"encode_private_key takes a private key, got {type(key).__name__}")
+    data = serialize.key_to_json(key).encode()
+    out = bytearray(MAGIC)
+    out.append(VERSION)
+    out += b"K"
+    _put_len(out, len(data))
+    out += data
+    return bytes(out)
+
+
+_PRIVATE_KINDS = ("paillier.private", "rsa.private")
+_PRIVATE_MARKERS = tuple(k.encode() for k in _PRIVATE_KINDS)
+_PRIVATE_FIELDS = frozenset({"p", "q"})
+_MAX_JSON_PROBES = 4096
+
+
+def _is_private_mapping(obj: dict) -> bool:
+    return obj.get("kind") in _PRIVATE_KINDS or _PRIVATE_FIELDS <= set(obj)
+
+
+def _json_holds_private(obj: Any, depth: int) -> bool:
+    """A parsed JSON value holding a private key: a mapping with its kind or fields, or a string
+    that is itself such a JSON text (JSON in JSON), at any depth."""
+    if depth > MAX_DEPTH:
+        return True     # nesting this deep in a key-like text is refused rather than searched
+    if isinstance(obj, dict):
+        if _is_private_mapping(obj):
+            return True
+        return any(_text_holds_private(k, depth + 1) or _json_holds_private(v, depth + 1)
+                   for k, v in obj.items())
+    if isinstance(obj, list):
+        return any(_json_holds_private(v, depth + 1) for v in obj)
+    if isinstance(obj, str):
+        return _text_holds_private(obj, depth + 1)
+    return False
+
+
+def _text_holds_private(text: "str | bytes", depth: int = 0) -> bool:
+    """Whether a str/bytes value is (or contains) a private key's JSON text."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    if any(m in raw for m in _PRIVATE_MARKERS):
+        return True
+    if b'"' not in raw or b"{" not in raw and b"[" not in raw:   # no JSON object/array inside
+        return False
+    # a JSON text may hide the markers behind escapes (\\u002e) or one more level of quoting, and
+    # may sit inside other text: try a JSON value at each opening bracket or quote
+    decoder = json.JSONDecoder()
+    try:
+        body = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    tried = 0
+    for i, ch in enumerate(body):
+        if ch not in '{["':
+            continue
+        tried += 1
+        if tried > _MAX_JSON_PROBES:
+            return True     # a text built to exhaust the search is refused, not searched
+        try:
+            parsed, _ = decoder.raw_decode(body, i)
+        except (ValueError, RecursionError):
+            continue
+        if _json_holds_private(parsed, depth):
+            return True
+    return False
 
 
 def _put_len(out: bytearray, n: int) -> None:
@@ -89,12 +176,18 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
     elif isinstance(obj, (float, np.floating)):
         out += b"D" + _F64.pack(float(obj))
     elif isinstance(obj, str):
+        if _text_holds_private(obj):
+            raise PrivateKeyExposure("a string holding a private key's JSON is never sent in a "
+                                     "message; use Channel.send_private_key over mutual TLS")
         data = obj.encode("utf-8")
         out += b"S"
         _put_len(out, len(data))
         out += data
     elif isinstance(obj, (bytes, bytearray, memoryview)):
         data = bytes(obj)
+        if _text_holds_private(data):
+            raise PrivateKeyExposure("bytes holding a private key's JSON are never sent in a "
+                                     "message; use Channel.send_private_key over mutual TLS")
         out += b"B"
         _put_len(out, len(data))
         out += data
@@ -104,11 +197,16 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
         for item in obj:
             _enc(item, out, depth + 1)
     elif isinstance(obj, dict):
+        if _is_private_mapping(obj):
+            raise PrivateKeyExposure("a mapping with a private key's kind or fields (p, q) is "
+                                     "never sent in a message")
         out += b"M"
         _put_len(out, len(obj))
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise TypeError(f"dict keys must be str, got {type(k).__name__}")
+            if _text_holds_private(k):
+                raise PrivateKeyExposure("a dict key holding a private key's JSON is never sent")
             data = k.encode("utf-8")
             _put_len(out, len(data))
             out += data
@@ -141,19 +239,56 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
         _put_len(out, len(data))
         out += data
     elif isinstance(obj, (paillier.PrivateKey, rsa.PrivateKey)):
-        raise TypeError("private keys are never sent")
+        raise PrivateKeyExposure("private keys are never sent in a message; use "
+                                 "Channel.send_private_key over mutual TLS")
     else:
         raise TypeError(f"the codec does not carry {type(obj).__name__}")
 
 
 # ------------------------------------------------------------------ decoding
+def _key_bits_from_json(text: bytes) -> int:
+    """The modulus size a key JSON declares (n, or p·q for a private key), read without building
+    the key: cheap, so an undersized or oversized key is refused before any primality test."""
+    try:
+        obj = json.loads(text)
+        if not isinstance(obj, dict):
+            raise ValueError("not an object")
+        fields = ("n",) if str(obj.get("kind", "")).endswith(".public") else ("p", "q")
+        hexes = [obj[f] for f in fields]
+        if not all(isinstance(h, str) for h in hexes):
+            raise ValueError("key fields must be hex strings")
+        if any(len(h) > paillier.MAX_KEY_BITS // 4 + 2 for h in hexes):
+            raise WeakKeyError(f"received key has a field of about {max(map(len, hexes)) * 4} "
+                               f"bits, above the maximum of {paillier.MAX_KEY_BITS}")
+        vals = [int(h, 16) for h in hexes]
+    except WeakKeyError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SerializationError(f"key JSON malformed: {exc}") from exc
+    return vals[0].bit_length() if len(vals) == 1 else (vals[0] * vals[1]).bit_length()
+
+
+def _key_from_json(text: bytes, min_key_bits: int | None):
+    if min_key_bits:
+        bits = _key_bits_from_json(text)
+        if bits < min_key_bits:
+            raise WeakKeyError(f"received a {bits}-bit key; this party's floor (key_bits) is "
+                               f"{min_key_bits} bits")
+        if "min_bits" in inspect.signature(serialize.key_from_json).parameters:
+            return serialize.key_from_json(text, min_bits=min_key_bits)
+    return serialize.key_from_json(text)
+
+
 class _Reader:
-    def __init__(self, data: bytes, keys: KeyLookup | None, on_key, backend) -> None:
+    def __init__(self, data: bytes, keys: KeyLookup | None, on_key, backend,
+                 min_key_bits: int | None = None, allow_private_key: bool = False) -> None:
         self.data = data
         self.pos = 0
         self.keys = keys
         self.on_key = on_key
         self.backend = backend
+        self.min_key_bits = min_key_bits
+        self.allow_private_key = allow_private_key
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
@@ -216,16 +351,25 @@ class _Reader:
             dtype = np.dtype(_DTYPES[code])
             ndim = self.take(1)[0]
             shape = struct.unpack(f"<{ndim}Q", self.take(8 * ndim))
-            count = 1
-            for s in shape:
-                count *= s
+            count = serialize.element_count(shape, "array")  # ndim, int64 limits, Python ints
             nbytes = count * dtype.itemsize
             if nbytes > len(self.data) - self.pos:
                 raise SerializationError(f"message truncated: array {shape} needs {nbytes} bytes")
-            arr = np.frombuffer(self.take(nbytes), dtype=dtype).reshape(shape)
+            try:  # a zero-size array may claim dims numpy cannot hold (> 64 dims, size overflow)
+                arr = np.frombuffer(self.take(nbytes), dtype=dtype).reshape(shape)
+            except ValueError as exc:
+                raise SerializationError(f"array shape {shape} is invalid: {exc}") from exc
             return arr.astype(dtype.newbyteorder("="), copy=True)
+        if tag == b"K":
+            if not (self.allow_private_key and depth == 0):
+                raise SerializationError("a private key arrived in an ordinary message; private "
+                                         "keys are accepted only by Channel.recv_private_key")
+            key = _key_from_json(self.take(self.length()), self.min_key_bits)
+            if not isinstance(key, (paillier.PrivateKey, rsa.PrivateKey)):
+                raise SerializationError(f"tag K holds a {type(key).__name__}, not a private key")
+            return key
         if tag in (b"P", b"R"):
-            key = serialize.key_from_json(self.take(self.length()))
+            key = _key_from_json(self.take(self.length()), self.min_key_bits)
             want = paillier.PublicKey if tag == b"P" else rsa.PublicKey
             if not isinstance(key, want):
                 raise SerializationError(f"tag {tag.decode()} holds a {type(key).__name__}")
@@ -245,14 +389,18 @@ class _Reader:
         raise SerializationError(f"unknown type tag {tag!r} at offset {self.pos - 1}")
 
 
-def decode(data: bytes, keys: KeyLookup | None = None, *, on_key=None, backend=None) -> Any:
-    """Parse a message made by :func:`encode`.
+def decode(data: bytes, keys: KeyLookup | None = None, *, on_key=None, backend=None,
+           min_key_bits: int | None = None, allow_private_key: bool = False) -> Any:
+    """Parse a message made by :func:`encode` (or, with ``allow_private_key``, by
+    :func:`encode_private_key`).
 
     Args:
         keys: fingerprint (16 bytes) -> Paillier public key, or None when unknown.
         on_key: called with every Paillier public key found in the message (before later values
             are decoded, so a key and arrays under it can travel together).
         backend: backend the decoded encrypted arrays compute on.
+        min_key_bits: refuse (WeakKeyError) any key whose modulus is shorter, before building it.
+        allow_private_key: accept a top-level private key (tag K); otherwise tag K is refused.
     """
     data = bytes(data)
     if len(data) < 5 or data[:4] != MAGIC:
@@ -260,7 +408,7 @@ def decode(data: bytes, keys: KeyLookup | None = None, *, on_key=None, backend=N
     if data[4] != VERSION:
         raise SerializationError(f"message version {data[4]} is not supported (this UniFL speaks "
                                  f"version {VERSION})")
-    reader = _Reader(data, keys, on_key, backend)
+    reader = _Reader(data, keys, on_key, backend, min_key_bits, allow_private_key)
     reader.pos = 5
     obj = reader.value(0)
     if reader.pos != len(data):

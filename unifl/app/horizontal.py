@@ -2,9 +2,12 @@
 (FLASH appendix A.1).
 
 Clients guest and host hold rows of the same 30 features (breast_homo_{guest,host}); the arbiter
-is the aggregator.  The guest generates a Paillier key pair and gives it to the other client (the
-private key travels guest -> host only, as a key JSON string inside the transport's TLS; the
-aggregator receives the public key alone and never sees a model in clear).  Each round r:
+is the aggregator.  The guest generates a Paillier key pair and gives it to the other client: the
+private key travels guest -> host only, through ``Channel.send_private_key``, which refuses
+(:class:`~unifl.errors.InsecureTransportError`) unless the transport is mutually authenticated TLS;
+both clients check that before anything else, so over an insecure link the job stops before a key
+is even generated.  The aggregator receives the public key alone and never sees a model in clear.
+Each round r:
 
 1. client k trains locally from the global w (mini-batch SGD on the exact logistic loss, batches
    seeded by (seed, k, r)) and sends [[n_k · w_k]] (O1) and its row count n_k;
@@ -23,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError, KeyMismatchError, TransportError
-from ..phe_sdk import EncryptedArray, paillier, serialize
+from ..errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
+                      TransportError)
+from ..phe_sdk import EncryptedArray, paillier
 from .channel import Channel
 from .data import PartyData, load_party
 from .metrics import roc_auc, sigmoid
@@ -64,19 +68,42 @@ def client_matrix(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
     return np.hstack([data.X, np.ones((len(data.ids), 1))]), data.y
 
 
+def _check_aggregate(agg, pk: paillier.PublicKey, shape: tuple) -> None:
+    """What the clients decrypt must be the model-shaped sum under the shared key, at the scale
+    the clients encrypt at; anything else is refused before decryption."""
+    if not isinstance(agg, dict) or not isinstance(agg.get("w"), EncryptedArray) \
+            or isinstance(agg.get("n"), bool) or not isinstance(agg.get("n"), int):
+        raise ProtocolViolation("hlr: the aggregate must be {'n': int, 'w': encrypted array}")
+    w = agg["w"]
+    if w.public_key != pk:
+        raise KeyMismatchError("hlr: the aggregate is not under the shared key")
+    if w.shape != shape or w.scale_bits != SCALE_BITS or agg["n"] <= 0:
+        raise ProtocolViolation(f"hlr: aggregate of shape {w.shape} at scale 2^-{w.scale_bits} "
+                                f"with n={agg['n']}; expected shape {shape}, scale "
+                                f"2^-{SCALE_BITS}, n > 0")
+
+
 def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) -> dict:
-    X, y = client_matrix(load_party(job["dataset"], role, data_dir, kind="homo"))
     other = "host" if role == "guest" else "guest"
+    if not channel.mutually_authenticated:
+        # the clients share the private key: refuse the job before a key exists
+        raise InsecureTransportError(
+            f"hlr {role}: the clients exchange the Paillier private key, which needs a mutually "
+            f"authenticated TLS transport; {type(channel.transport).__name__} is not (configure "
+            "network.tls for every party)")
+    X, y = client_matrix(load_party(job["dataset"], role, data_dir, kind="homo"))
     if role == "guest":
         with t.subtask("HFL: Paillier key generation", "keygen"):
             with t.crypto():
                 pk, sk = paillier.keygen(job["key_bits"])
         channel.send("arbiter", "hfl/pk", pk)
         channel.send(other, "hfl/pk", pk)
-        channel.send(other, "hfl/sk", serialize.key_to_json(sk))  # client to client only
+        channel.send_private_key(other, "hfl/sk", sk)  # client to client only, mutual TLS only
     else:
         pk = channel.recv("guest", "hfl/pk")
-        sk = serialize.key_from_json(channel.recv("guest", "hfl/sk"))
+        if not isinstance(pk, paillier.PublicKey):
+            raise TransportError(f"hlr: expected the shared public key, got {type(pk).__name__}")
+        sk = channel.recv_private_key("guest", "hfl/sk")
         if not isinstance(sk, paillier.PrivateKey) or sk.public_key != pk:
             raise KeyMismatchError("hlr: the shared private key does not match the public key")
     w = np.zeros(X.shape[1])
@@ -93,6 +120,7 @@ def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) 
                                                  backend=be, private_key=sk)
             channel.send("arbiter", f"hfl/r{r}/model", {"n": len(y), "w": enc})
             agg = channel.recv("arbiter", f"hfl/r{r}/aggregate")
+            _check_aggregate(agg, pk, (X.shape[1],))
             with t.subtask("HFL: decrypt aggregate", "O2 dec"):
                 with t.crypto():
                     total = agg["w"].decrypt(sk)

@@ -7,18 +7,55 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
 from .metrics import sigmoid
 
 
 # ---------------------------------------------------------------- vertical LR / LinR
-def batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+def batches(n: int, batch_size: int, seed: int, epoch: int,
+            min_rows: int = 0) -> list[np.ndarray]:
     """The mini-batches (row indices) of ``epoch``: a permutation seeded by (seed, epoch), cut into
     ``batch_size`` pieces (``batch_size`` <= 0: one full batch).  Every party computes the same
-    schedule from the shared seed, and a resumed run the same as an uninterrupted one."""
+    schedule from the shared seed, and a resumed run the same as an uninterrupted one.
+
+    Every batch has more than ``min_rows`` rows: a short remainder is folded into the batch before
+    it.  Vertical training passes the larger feature count, because a party that receives the
+    gradient Xᵀ·d of a batch with no more rows than its features can solve that system for d
+    (the peer's labels or partial predictions).
+
+    Raises:
+        ConfigError: ``batch_size`` (or ``n`` for a full batch) cannot give batches of more than
+            ``min_rows`` rows.
+    """
+    check_schedule(n, batch_size, min_rows)
     perm = np.random.default_rng([int(seed), int(epoch)]).permutation(n)
     if batch_size <= 0 or batch_size >= n:
         return [np.sort(perm)]
-    return [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+    out = [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+    if len(out) > 1 and len(out[-1]) <= min_rows:
+        out[-2:] = [np.concatenate(out[-2:])]
+    return out
+
+
+def check_schedule(n: int, batch_size: int, min_rows: int, what: str = "") -> None:
+    """Refuse a schedule that would produce a batch of ``min_rows`` rows or fewer (see
+    :func:`batches`); ``what`` names the feature counts behind ``min_rows`` in the message."""
+    if min_rows <= 0:
+        return
+    rows = n if batch_size <= 0 or batch_size >= n else batch_size
+    if rows <= min_rows:
+        size = "full batch" if batch_size <= 0 or batch_size >= n else f"batch_size {batch_size}"
+        raise ConfigError(
+            f"job params: {size} gives batches of {rows} rows, but every batch needs more rows "
+            f"than the largest feature count {min_rows}{' (' + what + ')' if what else ''}: a "
+            f"party could otherwise solve its gradient for the other party's residuals; use "
+            f"batch_size > {min_rows}" + (f" (the data has {n} training rows)"
+                                           if n <= min_rows else ""))
+
+
+def vertical_min_rows(d_guest: int, d_host: int) -> int:
+    """Rows a vertical batch must exceed: the larger of the two parties' feature counts."""
+    return max(int(d_guest), int(d_host))
 
 
 def residual(task: str, z: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -36,6 +73,7 @@ def vertical_reference(Xg: np.ndarray, Xh: np.ndarray, y: np.ndarray, *, task: s
                        wh: np.ndarray | None = None) -> dict:
     """Mini-batch gradient descent on the joined features [Xg | Xh] with the federated residual.
 
+    Batches are those of :func:`batches` with more rows than either party's feature count.
     Update per batch B:  w ← w − lr · (X_B^T d_B / |B| + l2 · w)  (guest's intercept column, where
     ``l2_mask_g`` is 0, is not penalised).  Early stop after an epoch when
     ||w_end − w_start||_2 (both parties' weights) < tol.
@@ -45,9 +83,10 @@ def vertical_reference(Xg: np.ndarray, Xh: np.ndarray, y: np.ndarray, *, task: s
     mg = np.ones(Xg.shape[1]) if l2_mask_g is None else l2_mask_g
     epoch_done = start_epoch
     stopped = False
+    min_rows = vertical_min_rows(Xg.shape[1], Xh.shape[1])
     for epoch in range(start_epoch, epochs):
         wg0, wh0 = wg.copy(), wh.copy()
-        for b in batches(len(y), batch_size, seed, epoch):
+        for b in batches(len(y), batch_size, seed, epoch, min_rows):
             d = residual(task, Xg[b] @ wg + Xh[b] @ wh, y[b])
             gg = Xg[b].T @ d / len(b) + l2 * mg * wg
             gh = Xh[b].T @ d / len(b) + l2 * wh

@@ -17,18 +17,27 @@ guest G and host H:
    guest -> host  [[u]]_G,  u = z_g − 2·y±  (LinR: z_g − y)          (O1)
 2. guest:  [[d']]_H = [[z_h]]_H + u                                   (O3)
    host:   [[d']]_G = [[u]]_G + z_h                                   (O3)
-3. each:   [[X^T d']] (O5), viewed as raw integers at its fixed-point scale s, plus a mask R of
-           bits(bound) + ``mask_bits`` uniform bits from ``secrets`` (statistically hiding the
-           gradient; integer domain, so the owner removes it exactly), re-randomised (obfuscate)
-           and sent to the key owner -- the other party.
-4. each:   decrypts the peer's masked gradient (O2) and returns the integers; the owner subtracts R
-           and scales by 2^-s.
+3. each:   [[X^T d']] (O5), viewed as raw integers at its own fixed-point scale s, plus a mask R
+           uniform mod n from ``secrets`` (added mod n: the masked value is uniform whatever the
+           gradient, and nothing the peer claims sizes the mask), re-randomised (obfuscate) and sent
+           to the key owner -- the other party.
+4. each:   decrypts the peer's masked gradient (O2) -- only a request of the peer's gradient shape,
+           at scale 0, holding none of its own ciphertexts -- and returns the residues; the owner
+           subtracts R mod n, decodes centred and scales by 2^-s.
 
-Each party sees only the other's ciphertexts and a masked gradient, never z, y or d in clear.
+Job start (before any key exists): the parties exchange row count, feature counts and saved epochs.
+Every batch has more rows than either party's feature count (a short remainder is folded into the
+batch before it), since a party given Xᵀd for a batch with no more rows than its features could
+solve for d; a ``batch_size`` that cannot meet this is a ConfigError at both parties.
+
+Each party sees only the other's ciphertexts, a uniformly masked value and its own gradient,
+never z, y or d in clear; docs/app.md says what each learns per step and what a deviating party
+can still obtain without zero-knowledge proofs.
 
 **With an arbiter** (FLASH A.2, FATE's coordinated LR/LinR): the arbiter generates the key pair A
 and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d']]_A (re-randomised); both
-compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked integers.
+compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues; the
+arbiter decrypts a request only in the gradient shape both parties announced, each ciphertext once.
 
 **Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, as in FATE's
 prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are never
@@ -37,7 +46,10 @@ revealed this way.
 Early stop: after each epoch the host sends ||Δw_h||² (its weight change over the epoch) and the
 guest stops when sqrt(||Δw_g||² + ||Δw_h||²) < tol, deterministic so the plaintext reference
 (:func:`unifl.app.reference.vertical_reference`) takes the same decision.  Each party writes a
-per-epoch JSON checkpoint (weights, epoch, batch-schedule state) and can resume from it.
+per-epoch JSON checkpoint (weights, epoch, batch-schedule state; fsynced) and can resume from it:
+after each epoch the guest saves and says so, the host saves and acknowledges, and only then does
+the next epoch start; a file keeps the state before too, and on resume the parties take the latest
+epoch both have saved.
 """
 
 from __future__ import annotations
@@ -52,8 +64,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, KeyMismatchError, SerializationError, TransportError
+from ..errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
+                      WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
+from ..phe_sdk.encoding import DEFAULT_SCALE_BITS
+from . import reference
 from .channel import Channel
 from .data import (TASKS, load_party, sorted_ids, standardize, subsample_ids, train_test_split)
 from .metrics import r2_score, roc_auc, sigmoid
@@ -75,6 +90,7 @@ class VerticalParams:
     fit_intercept: bool = True
     test_fraction: float = 0.2
     max_rows: int | None = None     # deterministic subsample of the aligned rows
+    #: no longer used: masks are uniform mod n (perfectly hiding); still accepted in job files
     mask_bits: int = DEFAULT_MASK_BITS
     #: DJN fixed-base encryption (``PublicKey.enable_fixed_base``) for the per-row encryptions:
     #: several times faster, rests on DJN's short-exponent assumption; a named option, off by default
@@ -130,101 +146,302 @@ def prepare(role: str, dataset: str, ids: list[str], p: VerticalParams, seed: in
 
 
 # ------------------------------------------------------------------ masking (step 3/4)
-def mask_gradient(enc: EncryptedArray, mask_bits: int) -> tuple[EncryptedArray, list[int], int]:
-    """[[v + R]] as raw integers (scale 0), re-randomised; returns (masked, R, scale of v).
+def mask_gradient(enc: EncryptedArray) -> tuple[EncryptedArray, list[int], int]:
+    """[[v + R mod n]] (raw residues, scale 0), re-randomised; returns (masked, R, scale of v).
 
-    R_i is uniform in [0, 2^(bits(bound) + mask_bits)) from ``secrets``, so v + R reveals v only
-    with statistical distance about 2^-mask_bits."""
-    raw = EncryptedArray(enc.public_key, enc.limbs, enc.shape, 0, enc.bound, enc.backend)
-    width = enc.bound.bit_length() + mask_bits
-    r = [secrets.randbits(width) for _ in range(enc.size)]
-    plain = np.empty(enc.shape, dtype=object)
-    plain.reshape(-1)[:] = r
-    return (raw + plain).obfuscate(), r, enc.scale_bits
+    R_i is uniform in [0, n) from ``secrets``, so v + R mod n is uniform whatever v is: the mask
+    hides v perfectly, and nothing the peer claims (the overflow bound its frames carry, a scale)
+    enters its size.  ``scale`` is this party's own: the scale of the array it computed."""
+    n = enc.public_key.n
+    r = [secrets.randbelow(n) for _ in range(enc.size)]
+    return enc.add_residues(r).obfuscate(), r, enc.scale_bits
 
 
-def unmask_gradient(values, r: list[int], scale_bits: int) -> np.ndarray:
-    """(v + R − R)·2^-scale as float64."""
-    vals = [int(v) for v in values]
-    if len(vals) != len(r):
-        raise TransportError(f"masked gradient has {len(vals)} values, expected {len(r)}")
-    return np.array([math.ldexp(v - m, -scale_bits) if abs(v - m) < (1 << 1000)
-                     else (v - m) / (1 << scale_bits) for v, m in zip(vals, r)])
+def unmask_gradient(values, r: list[int], scale_bits: int, n: int) -> np.ndarray:
+    """((v + R) − R mod n), decoded centred (residues above n/2 are negative), times 2^-scale, as
+    float64.  ``values`` come from the key owner: each must be an int in [0, n), one per mask."""
+    if not isinstance(values, (list, tuple)) or len(values) != len(r):
+        got = len(values) if isinstance(values, (list, tuple)) else type(values).__name__
+        raise ProtocolViolation(f"masked gradient: got {got} values, expected {len(r)}")
+    out = np.empty(len(r), dtype=np.float64)
+    half = n // 2
+    for i, (v, m) in enumerate(zip(values, r)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
+            raise ProtocolViolation(f"masked gradient value #{i} is not a residue in [0, n)")
+        x = (v - m) % n
+        if x > half:
+            x -= n
+        out[i] = math.ldexp(x, -scale_bits) if abs(x) < (1 << 1000) else x / (1 << scale_bits)
+    return out
 
 
-def decrypt_masked(arr: EncryptedArray, sk: paillier.PrivateKey) -> list[int]:
-    """The key owner's step 4: the masked integers to return."""
+class SentCiphertexts:
+    """Digests of every ciphertext this party sent in the job: the peer must never get one of them
+    decrypted by sending it back (the guest's [[u]] holds its labels in the first batch)."""
+
+    def __init__(self) -> None:
+        self._digests: set[bytes] = set()
+
+    @staticmethod
+    def _of(arr: EncryptedArray) -> list[bytes]:
+        width = (arr.public_key.nsquare.bit_length() + 7) // 8
+        return [hashlib.blake2b(c.to_bytes(width, "little"), digest_size=16).digest()
+                for c in arr.ciphertexts()]
+
+    def add(self, arr: EncryptedArray) -> None:
+        self._digests.update(self._of(arr))
+
+    def first_seen(self, arr: EncryptedArray) -> int | None:
+        """Index of the first ciphertext of ``arr`` this party sent, or None."""
+        return next((i for i, d in enumerate(self._of(arr)) if d in self._digests), None)
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+
+def decrypt_masked(arr, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                   sent: SentCiphertexts | None = None) -> list[int]:
+    """The key owner's step 4: the masked residues to return, after checking the request.
+
+    A request is decrypted only if it is an encrypted array under this party's key, of exactly
+    ``shape`` (the requester's feature count, agreed at job start; every batch has more rows than
+    that, so no batch-length vector such as [[u]] or [[z]] fits), at scale 0, and holds no
+    ciphertext this party sent itself (``sent``).  What still passes is written in docs/app.md.
+
+    Raises:
+        ProtocolViolation: wrong type, shape or scale, or a replay of this party's ciphertexts.
+        KeyMismatchError: under another key.
+    """
+    if not isinstance(arr, EncryptedArray):
+        raise ProtocolViolation(f"decryption request must be an encrypted array, got "
+                                f"{type(arr).__name__}")
+    if arr.public_key != sk.public_key:
+        raise KeyMismatchError("decryption request is under another public key")
+    if arr.shape != tuple(shape):
+        raise ProtocolViolation(f"decryption request has shape {arr.shape}; only the agreed "
+                                f"gradient shape {tuple(shape)} is decrypted")
     if arr.scale_bits != 0:
-        raise SerializationError("masked gradients travel at scale 0")
-    return [int(v) for v in arr.decrypt(sk).reshape(-1)]
+        raise ProtocolViolation(f"decryption request at scale 2^-{arr.scale_bits}; masked "
+                                "gradients travel at scale 0")
+    if sent is not None and (i := sent.first_seen(arr)) is not None:
+        raise ProtocolViolation(f"decryption request element #{i} is a ciphertext this party sent "
+                                "itself or already decrypted; refused (it would hand back this party's own data)")
+    return arr.decrypt_residues(sk)
 
 
 # ------------------------------------------------------------------ checkpoints
+CHECKPOINT_VERSION = 2
+
+
 def _checkpoint_path(p: VerticalParams, job: dict, role: str) -> Path | None:
     if not p.checkpoint_dir:
         return None
     return Path(p.checkpoint_dir) / f"{job['job_id']}_{job['algorithm']}_{role}.json"
 
 
-def save_checkpoint(path: Path | None, w: np.ndarray, epoch: int, seed: int, stopped: bool) -> None:
-    """Weights after ``epoch`` completed epochs, and the batch-schedule state (seed, next epoch)."""
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:       # a platform without directory handles: the replace is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: Path | None, w: np.ndarray, epoch: int, seed: int, stopped: bool,
+                    previous: tuple[int, np.ndarray, bool] | None = None) -> None:
+    """Weights after ``epoch`` completed epochs (and the state before it, ``previous``, so that a
+    party one save ahead of its peer can still resume from their common epoch), durably: a temp
+    file written, flushed and fsynced, atomically renamed, and the directory fsynced."""
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    states = [{"epoch": int(epoch), "weights": w.tolist(), "stopped": bool(stopped)}]
+    if previous is not None and previous[0] < epoch:
+        states.append({"epoch": int(previous[0]), "weights": np.asarray(previous[1]).tolist(),
+                       "stopped": bool(previous[2])})
+    text = json.dumps({"unifl_checkpoint": CHECKPOINT_VERSION, "rng": {"seed": seed},
+                       "states": states})
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"unifl_checkpoint": 1, "epoch": epoch, "weights": w.tolist(),
-                               "rng": {"seed": seed, "next_epoch": epoch}, "stopped": stopped}))
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
+    _fsync_dir(path.parent)
 
 
-def load_checkpoint(path: Path | None, dim: int, seed: int) -> tuple[np.ndarray, int, bool] | None:
+def load_checkpoint(path: Path | None, dim: int, seed: int
+                    ) -> dict[int, tuple[np.ndarray, bool]]:
+    """The saved states {epoch: (weights, stopped)} (empty without a checkpoint)."""
     if path is None or not path.is_file():
-        return None
+        return {}
     try:
         obj = json.loads(path.read_text())
-        w = np.array(obj["weights"], dtype=np.float64)
-        epoch, stopped = int(obj["epoch"]), bool(obj["stopped"])
         ck_seed = int(obj["rng"]["seed"])
+        if obj.get("unifl_checkpoint") == 1:      # one state, written before version 2
+            raw = [{"epoch": obj["epoch"], "weights": obj["weights"], "stopped": obj["stopped"]}]
+        else:
+            raw = obj["states"]
+        states = {int(s["epoch"]): (np.array(s["weights"], dtype=np.float64), bool(s["stopped"]))
+                  for s in raw}
     except (ValueError, KeyError, TypeError) as exc:
         raise SerializationError(f"checkpoint {path} is malformed: {exc}") from exc
-    if w.shape != (dim,) or ck_seed != seed:
-        raise ConfigError(f"checkpoint {path} belongs to another model (shape {w.shape}, seed "
-                          f"{ck_seed}); expected ({dim},), seed {seed}")
-    return w, epoch, stopped
+    for w, _ in states.values():
+        if w.shape != (dim,) or ck_seed != seed:
+            raise ConfigError(f"checkpoint {path} belongs to another model (shape {w.shape}, "
+                              f"seed {ck_seed}); expected ({dim},), seed {seed}")
+    return states
+
+
+def agree_start(own: dict[int, bool], peer: dict[int, bool]) -> int:
+    """The epoch both parties resume from: the latest one both have saved (0 when neither has a
+    checkpoint).  Both compute it from the same two lists, so they agree."""
+    if not own and not peer:
+        return 0
+    common = set(own) & set(peer)
+    if not common:
+        raise ConfigError(f"the parties' checkpoints have no common epoch (this party "
+                          f"{sorted(own)}, the peer {sorted(peer)}): checkpoints or data differ")
+    e = max(common)
+    if own[e] != peer[e]:
+        raise ConfigError(f"the parties' checkpoints disagree on stopping at epoch {e}: "
+                          "checkpoints or data differ")
+    return e
 
 
 # ------------------------------------------------------------------ the parties
-def _gradient_round(channel: Channel, t: Timings, p, tag: str, Xb: np.ndarray, enc_d, sk_own,
-                    *, own: str, peer: str, arbiter: bool):
+@dataclass
+class _Session:
+    """What the two parties agreed at job start, from this party's side."""
+
+    n: int
+    dim: int
+    peer_dim: int
+    start: int
+    w: np.ndarray
+    stopped: bool
+    previous: tuple[int, np.ndarray, bool] | None
+    min_rows: int
+
+
+def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: dict,
+               m: PartyMatrices, arbiter: bool) -> _Session:
+    """Exchange row count, feature count and saved epochs; check the batch schedule (both parties
+    refuse a batch size that would let either solve its gradient for the other's values) and agree
+    the start epoch -- all before any key or ciphertext exists."""
+    seed = job["seed"]
+    n, dim = m.X_train.shape
+    ck = _checkpoint_path(p, job, role)
+    states = load_checkpoint(ck, dim, seed) if p.resume else {}
+    channel.send(peer, "vfl/start", {"n": int(n), "dim": int(dim), "batch_size": int(p.batch_size),
+                                     "epochs": [[e, st] for e, (_, st) in sorted(states.items())]})
+    theirs = channel.recv(peer, "vfl/start")
+    try:
+        peer_n, peer_dim, peer_bs = (int(theirs["n"]), int(theirs["dim"]),
+                                     int(theirs["batch_size"]))
+        peer_states = {int(e): bool(st) for e, st in theirs["epochs"]}
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ProtocolViolation(f"{role}: malformed job-start message from {peer}: {exc}") from exc
+    if peer_n != n:
+        raise ConfigError(f"{role}: {peer} has {peer_n} training rows, {role} {n}: checkpoints or "
+                          "data differ")
+    if peer_bs != p.batch_size:
+        raise ConfigError(f"{role}: {peer} runs batch_size {peer_bs}, {role} {p.batch_size}")
+    if peer_dim < 1:
+        raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features")
+    d_g, d_h = (dim, peer_dim) if role == "guest" else (peer_dim, dim)
+    min_rows = reference.vertical_min_rows(d_g, d_h)
+    reference.check_schedule(n, p.batch_size, min_rows,
+                             f"guest {d_g} features with the intercept, host {d_h}")
+    start = agree_start({e: st for e, (_, st) in states.items()}, peer_states)
+    if start in states:
+        w, stopped = states[start]
+        previous = (start, w, stopped)
+    else:
+        w, stopped, previous = np.zeros(dim), False, None
+        save_checkpoint(ck, w, 0, seed, False)      # so a crash before the first ack can resume
+        previous = (0, w, False) if ck is not None else None
+    if arbiter:
+        channel.send("arbiter", "vfl/dims", {"guest": d_g, "host": d_h})
+    return _Session(n, dim, peer_dim, start, w, stopped, previous, min_rows)
+
+
+def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | None, s: _Session,
+                          w: np.ndarray, epoch: int, seed: int, stopped: bool) -> None:
+    """Both parties checkpoint the same epoch before the next starts: the guest saves and says so,
+    the host saves and acknowledges, and only then does either go on.  Each file keeps the state
+    before too, so whichever party stops in between, both still share an epoch to resume from."""
+    done = epoch + 1
+    if role == "guest":
+        save_checkpoint(ck, w, done, seed, stopped, s.previous)
+        channel.send(peer, f"vfl/e{epoch}/saved", done)
+        ack = channel.recv(peer, f"vfl/e{epoch}/saved_ack")
+        if ack != done:
+            raise ProtocolViolation(f"guest: host acknowledged epoch {ack!r}, expected {done}")
+    else:
+        said = channel.recv(peer, f"vfl/e{epoch}/saved")
+        if said != done:
+            raise ProtocolViolation(f"host: guest saved epoch {said!r}, expected {done}")
+        save_checkpoint(ck, w, done, seed, stopped, s.previous)
+        channel.send(peer, f"vfl/e{epoch}/saved_ack", done)
+    if ck is not None:
+        s.previous = (done, w.copy(), stopped)
+
+
+def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray, enc_d, sk_own,
+                    sent: SentCiphertexts | None, peer_shape: tuple[int, ...], *, own: str,
+                    peer: str, arbiter: bool):
     """One party's half of a gradient exchange (the same for guest and host, ``own`` = "g" | "h").
 
     Xᵀ·[[d]] is masked and sent to the holder of d's key (the peer, or the arbiter); in the two-party
-    protocol this party meanwhile decrypts the peer's masked gradient for it.  Returns the masked
-    plaintext gradient that comes back, with the mask and scale needed to remove it.
+    protocol this party meanwhile decrypts the peer's masked gradient for it (a request of the
+    peer's agreed gradient shape only).  Returns the gradient, unmasked, at this party's scale.
     """
     other = "h" if own == "g" else "g"
     key_owner = "arbiter" if arbiter else peer
     with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
         with t.crypto():
-            masked, r, scale = mask_gradient(Xb.T @ enc_d, p.mask_bits)
+            masked, r, scale = mask_gradient(Xb.T @ enc_d)
+    if sent is not None:
+        sent.add(masked)
     channel.send(key_owner, f"{tag}/masked_{own}", masked)
     if not arbiter:
         peer_masked = channel.recv(peer, f"{tag}/masked_{other}")
         with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
             with t.crypto():
-                vals = decrypt_masked(peer_masked, sk_own)
+                vals = decrypt_masked(peer_masked, sk_own, peer_shape, sent)
         channel.send(peer, f"{tag}/plain_{other}", vals)
-    return channel.recv(key_owner, f"{tag}/plain_{own}"), r, scale
+    back = channel.recv(key_owner, f"{tag}/plain_{own}")
+    return unmask_gradient(back, r, scale, masked.public_key.n)
 
 
 def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str) -> EncryptedArray:
-    """``obj`` must be an encrypted array under ``key`` with ``shape`` (else a named error)."""
+    """``obj`` must be an encrypted array under ``key`` with ``shape``, at the protocol's fixed
+    scale (the peer's frame does not choose it), else a named error."""
     if not isinstance(obj, EncryptedArray):
-        raise TransportError(f"expected encrypted {what}, got {type(obj).__name__}")
+        raise ProtocolViolation(f"expected encrypted {what}, got {type(obj).__name__}")
     if obj.public_key != key:
         raise KeyMismatchError(f"encrypted {what} is under an unexpected public key")
     if obj.shape != shape:
-        raise TransportError(f"encrypted {what} has shape {obj.shape}, expected {shape}")
+        raise ProtocolViolation(f"encrypted {what} has shape {obj.shape}, expected {shape}")
+    if obj.scale_bits != DEFAULT_SCALE_BITS:
+        raise ProtocolViolation(f"encrypted {what} at scale 2^-{obj.scale_bits}, expected "
+                                f"2^-{DEFAULT_SCALE_BITS}")
+    return obj
+
+
+def _expect_key(obj, job: dict, what: str) -> paillier.PublicKey:
+    """A received public key: a Paillier key no smaller than the job's key size."""
+    if not isinstance(obj, paillier.PublicKey):
+        raise ProtocolViolation(f"expected {what}'s Paillier public key, got {type(obj).__name__}")
+    if obj.n.bit_length() < int(job["key_bits"]):
+        raise WeakKeyError(f"{what}'s key has {obj.n.bit_length()} bits; the job requires "
+                           f"{job['key_bits']}")
     return obj
 
 
@@ -252,14 +469,12 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     y = m.y_train
-    n, dim = m.X_train.shape
     ck = _checkpoint_path(p, job, "guest")
-    w, start, stopped = np.zeros(dim), 0, False
-    if p.resume and (loaded := load_checkpoint(ck, dim, seed)) is not None:
-        w, start, stopped = loaded
-    channel.send("host", "vfl/start", {"epoch": start, "stopped": stopped, "n": n})
+    s = _handshake("guest", "host", channel, p, job, m, arbiter)
+    n, w, stopped = s.n, s.w, s.stopped
+    sent = None if arbiter else SentCiphertexts()
     if arbiter:
-        pk_a = channel.recv("arbiter", "vfl/pk")
+        pk_a = _expect_key(channel.recv("arbiter", "vfl/pk"), job, "the arbiter")
         pk_own = sk_own = None
         pk_h = pk_a
         _maybe_fixed_base(p, pk_a, be, t)           # the guest re-randomises N values under A
@@ -269,15 +484,16 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                 pk_own, sk_own = paillier.keygen(job["key_bits"])
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
-        pk_h = channel.recv("host", "vfl/pk")
-    total = sum(len(batches(n, p.batch_size, seed, e)) for e in range(start, p.epochs))
-    epoch = start
+        pk_h = _expect_key(channel.recv("host", "vfl/pk"), job, "the host")
+    total = sum(len(batches(n, p.batch_size, seed, e, s.min_rows))
+                for e in range(s.start, p.epochs))
+    epoch = s.start
     with progress_bar(total, f"guest {job['algorithm']}", progress) as advance:
-        for epoch in range(start, p.epochs):
+        for epoch in range(s.start, p.epochs):
             if stopped:
                 break
             w0 = w.copy()
-            plan = batches(n, p.batch_size, seed, epoch)
+            plan = batches(n, p.batch_size, seed, epoch, s.min_rows)
             if arbiter:
                 channel.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": len(plan),
                                                      "stop": False})
@@ -291,6 +507,7 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                         with t.crypto():
                             enc_u = EncryptedArray.encrypt(pk_own, u, backend=be,
                                                            private_key=sk_own)
+                    sent.add(enc_u)
                     channel.send("host", f"{tag}/u", enc_u)
                 enc_zh = _expect(channel.recv("host", f"{tag}/zh"), pk_h, (len(b),), "z_h")
                 with t.subtask("VFL: encrypted residual", "O3 add"):
@@ -300,23 +517,25 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                             enc_d_out = enc_d.obfuscate()
                 if arbiter:
                     channel.send("host", f"{tag}/d", enc_d_out)
-                back, r, scale = _gradient_round(channel, t, p, tag, Xb, enc_d, sk_own,
-                                                 own="g", peer="host", arbiter=arbiter)
+                g = _gradient_round(channel, t, tag, Xb, enc_d, sk_own, sent, (s.peer_dim,),
+                                    own="g", peer="host", arbiter=arbiter)
                 with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = (unmask_gradient(back, r, scale) * factor / len(b)
-                            + p.l2 * m.l2_mask * w)
+                    grad = g * factor / len(b) + p.l2 * m.l2_mask * w
                     w = w - p.learning_rate * grad
                 advance(1)
             dh2 = float(channel.recv("host", f"vfl/e{epoch}/dw2"))
             change = math.sqrt(float(((w - w0) ** 2).sum()) + dh2)
             stopped = p.tol is not None and change < p.tol
             channel.send("host", f"vfl/e{epoch}/stop", stopped)
-            save_checkpoint(ck, w, epoch + 1, seed, stopped)
+            _end_epoch_checkpoint("guest", "host", channel, ck, s, w, epoch, seed, stopped)
             epoch += 1
     if arbiter:
         channel.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": 0, "stop": True})
     with t.subtask("VFL: evaluate (guest)", "plaintext"):
         zh_test = np.asarray(channel.recv("host", "vfl/zh_test"), dtype=np.float64)
+        if zh_test.shape != (len(m.X_test),):
+            raise ProtocolViolation(f"host's test predictions have shape {zh_test.shape}, "
+                                    f"expected ({len(m.X_test)},)")
         z = m.X_test @ w + zh_test
         metrics = ({"auc": roc_auc(m.y_test, sigmoid(z))} if task == "lr"
                    else {"r2": r2_score(m.y_test, z)})
@@ -329,68 +548,82 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                 arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
-    n, dim = m.X_train.shape
     ck = _checkpoint_path(p, job, "host")
-    w, start, stopped = np.zeros(dim), 0, False
-    if p.resume and (loaded := load_checkpoint(ck, dim, seed)) is not None:
-        w, start, stopped = loaded
-    g_start = channel.recv("guest", "vfl/start")
-    if (g_start["epoch"], g_start["stopped"], g_start["n"]) != (start, stopped, n):
-        raise ConfigError(f"host: guest starts at epoch {g_start['epoch']} with {g_start['n']} "
-                          f"rows, host at epoch {start} with {n}: checkpoints or data differ")
+    s = _handshake("host", "guest", channel, p, job, m, arbiter)
+    n, w, stopped = s.n, s.w, s.stopped
+    sent = None if arbiter else SentCiphertexts()
     if arbiter:
-        pk_own = channel.recv("arbiter", "vfl/pk")
+        pk_own = _expect_key(channel.recv("arbiter", "vfl/pk"), job, "the arbiter")
         sk_own = pk_g = None
     else:
         with t.subtask("VFL: Paillier key generation", "keygen"):
             with t.crypto():
                 pk_own, sk_own = paillier.keygen(job["key_bits"])
         channel.send("guest", "vfl/pk", pk_own)
-        pk_g = channel.recv("guest", "vfl/pk")
+        pk_g = _expect_key(channel.recv("guest", "vfl/pk"), job, "the guest")
     _maybe_fixed_base(p, pk_own, be, t)
-    total = sum(len(batches(n, p.batch_size, seed, e)) for e in range(start, p.epochs))
+    total = sum(len(batches(n, p.batch_size, seed, e, s.min_rows))
+                for e in range(s.start, p.epochs))
     with progress_bar(total, f"host {job['algorithm']}", progress) as advance:
-        for epoch in range(start, p.epochs):
+        for epoch in range(s.start, p.epochs):
             if stopped:
                 break
             w0 = w.copy()
-            for bi, b in enumerate(batches(n, p.batch_size, seed, epoch)):
+            for bi, b in enumerate(batches(n, p.batch_size, seed, epoch, s.min_rows)):
                 tag = f"vfl/e{epoch}/b{bi}"
                 Xb = m.X_train[b]
                 zh = Xb @ w
                 with t.subtask("VFL: encrypt forward", "O1 enc"):
                     with t.crypto():
                         enc_zh = EncryptedArray.encrypt(pk_own, zh, backend=be, private_key=sk_own)
+                if sent is not None:
+                    sent.add(enc_zh)
                 channel.send("guest", f"{tag}/zh", enc_zh)
                 if arbiter:
-                    enc_d = channel.recv("guest", f"{tag}/d")
+                    enc_d = _expect(channel.recv("guest", f"{tag}/d"), pk_own, (len(b),),
+                                    "residual")
                 else:
-                    enc_u = channel.recv("guest", f"{tag}/u")
+                    enc_u = _expect(channel.recv("guest", f"{tag}/u"), pk_g, (len(b),), "u")
                     with t.subtask("VFL: encrypted residual", "O3 add"):
                         with t.crypto():
                             enc_d = enc_u + zh
-                _expect(enc_d, pk_own if arbiter else pk_g, (len(b),), "residual")
-                back, r, scale = _gradient_round(channel, t, p, tag, Xb, enc_d, sk_own,
-                                                 own="h", peer="guest", arbiter=arbiter)
+                g = _gradient_round(channel, t, tag, Xb, enc_d, sk_own, sent, (s.peer_dim,),
+                                    own="h", peer="guest", arbiter=arbiter)
                 with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = unmask_gradient(back, r, scale) * factor / len(b) + p.l2 * w
+                    grad = g * factor / len(b) + p.l2 * w
                     w = w - p.learning_rate * grad
                 advance(1)
             channel.send("guest", f"vfl/e{epoch}/dw2", float(((w - w0) ** 2).sum()))
-            stopped = bool(channel.recv("guest", f"vfl/e{epoch}/stop"))
-            save_checkpoint(ck, w, epoch + 1, seed, stopped)
+            stopped = channel.recv("guest", f"vfl/e{epoch}/stop")
+            if not isinstance(stopped, bool):
+                raise ProtocolViolation(f"host: stop decision must be a bool, got "
+                                        f"{type(stopped).__name__}")
+            _end_epoch_checkpoint("host", "guest", channel, ck, s, w, epoch, seed, stopped)
     channel.send("guest", "vfl/zh_test", m.X_test @ w)
     return {"metrics": {"train_rows": int(n)}, "model": {"weights": w.tolist(),
                                                          "features": m.feature_names}}
 
 
 def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
-    """Key owner of the coordinated variant: decrypts masked gradients, sees nothing else."""
+    """Key owner of the coordinated variant: decrypts masked gradients, sees nothing else.
+
+    Each party's request must have the gradient shape both parties announced at job start (they
+    must announce the same dims), be under the arbiter's key at scale 0, and hold no ciphertext
+    already decrypted in this job."""
+    dims = [channel.recv(party, "vfl/dims") for party in ("guest", "host")]
+    try:
+        d = {party: int(dims[0][party]) for party in ("guest", "host")}
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ProtocolViolation(f"arbiter: malformed dims message: {exc}") from exc
+    if dims[0] != dims[1] or min(d.values()) < 1:
+        raise ProtocolViolation(f"arbiter: the parties announce different or empty feature counts "
+                                f"(guest says {dims[0]}, host says {dims[1]})")
     with t.subtask("VFL: Paillier key generation", "keygen"):
         with t.crypto():
             pk, sk = paillier.keygen(job["key_bits"])
     channel.send("guest", "vfl/pk", pk)
     channel.send("host", "vfl/pk", pk)
+    decrypted = SentCiphertexts()       # a ciphertext is decrypted at most once
     while True:
         plan = channel.recv("guest", "vfl/plan")
         if plan["stop"]:
@@ -401,11 +634,10 @@ def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
             for party, src_tag, dst_tag in (("guest", "masked_g", "plain_g"),
                                             ("host", "masked_h", "plain_h")):
                 arr = channel.recv(party, f"{tag}/{src_tag}")
-                if arr.public_key != pk:
-                    raise TransportError(f"arbiter: {party}'s gradient is under another key")
                 with t.subtask("VFL: decrypt masked gradients", "O2 dec"):
                     with t.crypto():
-                        vals = decrypt_masked(arr, sk)
+                        vals = decrypt_masked(arr, sk, (d[party],), decrypted)
+                        decrypted.add(arr)
                 channel.send(party, f"{tag}/{dst_tag}", vals)
     return {"metrics": {}, "model": {}}
 
