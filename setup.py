@@ -204,7 +204,7 @@ setup(
                   + FPGA_PACKAGE_DATA + GPU_PACKAGE_DATA},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "gmpy2>=2.1", "pyyaml>=6", "pydantic>=2", "rich>=13",
-                      "typer>=0.9", "tqdm>=4", "grpcio>=1.60", "protobuf>=5"],
+                      "typer>=0.9", "tqdm>=4", "grpcio>=1.60", "protobuf>=5", "cryptography>=42"],
     extras_require={"test": ["pytest", "hypothesis", "phe"], **GPU_EXTRAS},
     cmdclass=GPU_CMDCLASS,
     ext_modules=ext_modules,

@@ -190,6 +190,10 @@ def print_results(results: dict[str, dict], title: str) -> None:
         for ev in res.get("backend", {}).get("fallback_events", []):
             console.print(f"[bold yellow]! {role}: backend {ev['backend']} was not used: "
                           f"{ev['reason']}[/bold yellow]")
+        for ev in res.get("backend", {}).get("runtime_fallbacks", []):
+            console.print(f"[bold red]! {role}: {ev['op']} failed on {ev['from']} "
+                          f"({ev['from_device']}): {ev['reason']}; its {ev['elements']} elements "
+                          f"re-ran on {ev['to']} ({ev['to_device']})[/bold red]")
         sel = res.get("backend", {})
         if sel.get("requested") not in (None, "auto", sel.get("chosen")):
             console.print(f"[bold red]! {role} asked for {sel['requested']!r} but ran on "
@@ -215,6 +219,8 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
         peer: Optional[List[str]] = typer.Option(None, help="override a peer: ROLE=HOST:PORT"),
         key_bits: Optional[int] = typer.Option(None, help="override the key size (party and job)"),
         timeout: Optional[float] = typer.Option(None, help="override network.timeout_s"),
+        resume: bool = typer.Option(False, "--resume", help="the job resumes after a party "
+                                    "restarted: accept its new session (job field resume)"),
         data_dir: Optional[str] = typer.Option(None, help="folder with the datasets"),
         json_out: Optional[Path] = typer.Option(None, help="write the result (or error) as JSON"),
         progress: bool = typer.Option(True, help="progress bars"),
@@ -229,7 +235,8 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_party(config)
-        jobc = load_job(job, **({"key_bits": key_bits} if key_bits else {}))
+        jobc = load_job(job, **({"key_bits": key_bits} if key_bits else {}),
+                        **({"resume": True} if resume else {}))
         peers = {}
         for item in peer or []:
             role, sep, addr = item.partition("=")
@@ -301,7 +308,7 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
                        job=job, workdir=workdir, progress=progress)
     console.print(f"[bold]UniFL demo[/bold]: {job or dataset}, guest on [cyan]{guest_config}"
                   f"[/cyan], host on [cyan]{host_config}[/cyan], one process per party on "
-                  "127.0.0.1 (gRPC)")
+                  "127.0.0.1 (gRPC over mutual TLS, throwaway demo certificates)")
 
     def started(pids, run_dir):
         console.print(f"started guest (pid {pids['guest']}) and host (pid {pids['host']}); "

@@ -4,8 +4,12 @@ PSI-RSA on the ids and then vertical LR (LinR for motor) on the intersection; a 
 report of what ran where.
 
 Each party is ``python -m unifl run --config ... --job ...`` (exactly what a user runs on two
-machines); this module only picks free loopback ports, writes the job, starts the two processes,
-watches them, and renders their JSON results.  A party that dies makes the other fail within its
+machines); this module only picks free loopback ports, writes the job, makes a throwaway PKI (a CA
+and one certificate per role, :mod:`unifl.app.transport.pki`) and a copy of each party's YAML with
+``network.tls`` pointing at it, starts the processes, watches them, and renders their JSON
+results.  Every party runs over mutual TLS even on the loopback: it is the deployment to copy, and
+horizontal LR sends the clients' private key from guest to host, which needs an authenticated,
+encrypted link.  A party that dies makes the other fail within its
 receive timeout; the demo then stops both and shows each one's error.
 """
 
@@ -104,6 +108,26 @@ def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
     return path
 
 
+def tls_party_configs(configs: dict[str, str], run_dir: Path) -> dict[str, Path]:
+    """For each role, a copy of its party YAML in ``run_dir`` whose ``network.tls`` names the
+    certificates of a throwaway demo PKI made in ``run_dir/pki`` (role -> the copy's path)."""
+    from .app.transport.pki import make_demo_pki
+    from .configs import resolve
+    pki = make_demo_pki(run_dir / "pki", tuple(configs))
+    out = {}
+    for role, config in configs.items():
+        data = yaml.safe_load(resolve(config).read_text())
+        tls = pki[role]
+        data["network"] = {**(data.get("network") or {}),
+                           "tls": {"cert": tls.cert, "key": tls.key, "ca": tls.ca}}
+        path = run_dir / f"{role}.party.yaml"
+        path.write_text(f"# {config} with mutual TLS from the demo's throwaway PKI\n"
+                        + yaml.safe_dump(data, sort_keys=False))
+        load_party(path)     # validate what the party will read
+        out[role] = path
+    return out
+
+
 def _party_cmd(role: str, config: str, job: Path, run_dir: Path, ports: dict[str, int],
                opts: DemoOptions, progress: bool) -> list[str]:
     cmd = [sys.executable, "-m", "unifl", "run", "--config", config, "--job", str(job),
@@ -138,6 +162,7 @@ def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
             from .errors import ConfigError
             raise ConfigError(f"{configs[role]}: this is a {cfg.party} config, the demo needs "
                               f"a {role}")
+    party_files = tls_party_configs({r: configs[r] for r in roles}, run_dir)
     ports = {r: free_port() for r in roles}
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])      # this checkout, even if not installed
@@ -148,7 +173,7 @@ def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
     try:
         for role in roles:
             show = role == "guest" and opts.progress and tty   # the guest's bars on the terminal
-            cmd = _party_cmd(role, configs[role], job, run_dir, ports, opts,
+            cmd = _party_cmd(role, str(party_files[role]), job, run_dir, ports, opts,
                              progress=show or not tty)
             logs[role] = run_dir / f"{role}.log"
             out = None if show else open(logs[role], "w")

@@ -7,10 +7,11 @@ Used by ``unifl run`` (and, through it, by each process ``unifl demo`` starts).
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any
 
-from .configs import JobConfig, PartyConfig
+from .configs import JobConfig, PartyConfig, validate
 from .errors import ConfigError
 
 log = logging.getLogger("unifl.party")
@@ -27,6 +28,17 @@ def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
     return job.to_job()
 
 
+def warn_if_insecure(cfg: PartyConfig) -> bool:
+    """Say on stderr (and in the log) that this party's links are unauthenticated and unencrypted
+    when its config runs plaintext by ``network.insecure: true``; called on every start."""
+    msg = cfg.network.insecure_warning()
+    if msg is None:
+        return False
+    print(f"unifl {cfg.party}: {msg}", file=sys.stderr, flush=True)
+    log.warning("%s: %s", cfg.party, msg)
+    return True
+
+
 def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
               progress: bool = True, listen: str | None = None,
               peers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -38,16 +50,19 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
     from .scheduler import backend_from_config
 
     job_dict = effective_job(cfg, job)
+    if listen or peers:     # overrides obey the same rules as the file (TLS off the loopback)
+        data = cfg.model_dump()
+        data["network"]["peers"].update(peers or {})
+        if listen:
+            data["network"]["listen"] = listen
+        cfg = validate(PartyConfig, data, f"party {cfg.party} (with overrides)")
+    warn_if_insecure(cfg)
     t0 = time.perf_counter()
     backend = backend_from_config(cfg)
     t_backend = time.perf_counter() - t0
-    overrides: dict[str, Any] = {}
-    if listen:
-        overrides["listen"] = listen
-    if peers:
-        overrides["peers"] = {**cfg.network.peers, **peers}
-    transport = from_config(cfg, job.job_id, **overrides)
-    channel = Channel(transport, default_timeout=cfg.network.timeout_s, backend=backend)
+    transport = from_config(cfg, job.job_id, resume=job.resume)
+    channel = Channel(transport, default_timeout=cfg.network.timeout_s, backend=backend,
+                      min_key_bits=cfg.key_bits)     # received keys below the floor are refused
     try:
         result = run_job(cfg.party, job_dict, channel, backend, data_dir=data_dir,
                          progress=progress)

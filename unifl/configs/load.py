@@ -4,6 +4,7 @@ allowed (:class:`unifl.errors.ConfigError`)."""
 from __future__ import annotations
 
 import os
+import reprlib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +15,13 @@ from ..errors import ConfigError
 from .schema import JobConfig, PartyConfig
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
+#: most nodes a YAML file may expand to once aliases are followed: a "billion laughs" file of a few
+#: lines would otherwise build a structure too large to validate, print or dump
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+#: the offending value in an error message, shortened (bounded work however large it is)
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 120
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -44,7 +52,8 @@ def _format(where: str, exc: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        given = f" (got {err['input']!r})" if err["type"] not in ("missing", "model_type") else ""
+        given = (f" (got {_SHORT.repr(err['input'])})"
+                 if err["type"] not in ("missing", "model_type") else "")
         lines.append(f"{where}: field '{field}': {msg}{given}")
     return "\n".join(lines)
 
@@ -59,11 +68,64 @@ def validate(model: type[M], data: Any, where: str = "<config>") -> M:
         raise ConfigError(_format(where, exc)) from None
 
 
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses nesting deeper than ``MAX_DEPTH`` while composing (Python's
+    recursion limit would otherwise end a deep file slowly, with a RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int | None], where: Path) -> int:
+    """Nodes ``node`` stands for once aliases are followed (memoised: linear in the file)."""
+    key = id(node)
+    if key in memo:
+        if memo[key] is None:
+            raise ConfigError(f"{where}: a YAML alias refers to itself (recursive structure)")
+        return memo[key]
+    memo[key] = None
+    size = 1
+    if isinstance(node.value, list):          # sequence: nodes; mapping: (key, value) pairs
+        for item in node.value:
+            for child in (item if isinstance(item, tuple) else (item,)):
+                size += _expanded_size(child, memo, where)
+                if size > MAX_NODES:
+                    raise ConfigError(f"{where}: expands to more than {MAX_NODES} YAML nodes "
+                                      "(aliases repeated into a huge structure?)")
+    memo[key] = size
+    return size
+
+
 def _read(path: str | os.PathLike) -> tuple[Path, Any]:
     p = resolve(path)
     try:
-        return p, yaml.safe_load(p.read_text())
+        loader = _Loader(p.read_text(encoding="utf-8"))
+        try:
+            # compose, bound the size aliases expand to, then construct (what safe_load does)
+            node = loader.get_single_node()
+            if node is None:
+                return p, None
+            _expanded_size(node, {}, p)
+            return p, loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except ConfigError:
+        raise
     except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid YAML: nested too deeply") from None
+    except ValueError as exc:     # a scalar YAML cannot convert: a >4300-digit int, a bad date
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc}") from None

@@ -7,6 +7,7 @@ silently ignored.  Loading (with the file name in every error) is in :mod:`unifl
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Literal, Optional, Union
 
@@ -114,14 +115,40 @@ def _check_addr(value: str) -> str:
     return value
 
 
+def is_loopback_address(address: str) -> bool:
+    """True when ``HOST:PORT`` (or a bare host) stays on this machine: 127.0.0.0/8, ::1 or
+    ``localhost``.  A wildcard listen (``0.0.0.0``, ``[::]``) and any other host name are not:
+    they reach, or can be reached from, the network."""
+    host = address.rsplit(":", 1)[0] if _ADDR.match(address) else address
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False                     # a host name: resolves to who knows where
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
 class NetworkSection(_Section):
-    """Where this party listens, where its peers are, TLS, and the message size and receive limits."""
+    """Where this party listens, where its peers are, TLS, and the message size and receive limits.
+
+    Without ``tls`` every address must be on the loopback: plaintext gRPC carries no identity and
+    no secrecy, so a party listening on or dialling the network needs mutual TLS, or an explicit
+    ``insecure: true`` (then every start warns that the link is unauthenticated and unencrypted).
+    """
     listen: str = "127.0.0.1:50052"
     peers: dict[Role, str] = Field(default_factory=dict)
     tls: Optional[TlsSection] = None
+    insecure: bool = False               # allow plaintext off the loopback (never for real data)
     max_message_mb: float = Field(64.0, gt=0, le=2000)   # gRPC caps a message below 2 GiB
     timeout_s: float = Field(120.0, gt=0)                 # every receive gives up after this
-    liveness_s: float = Field(5.0, gt=0)  # a peer not answering pings this long has stopped
+    liveness_s: float = Field(5.0, gt=0)  # a peer whose pings fail this long has stopped
+    #: what one peer may have waiting in this party's queues (None: 16 x max_message_mb)
+    max_queued_mb: Optional[float] = Field(None, gt=0)
+    max_queued_messages: int = Field(4096, ge=1)
 
     @field_validator("listen")
     @classmethod
@@ -134,6 +161,34 @@ class NetworkSection(_Section):
         for addr in v.values():
             _check_addr(addr)
         return v
+
+    @model_validator(mode="after")
+    def _tls_off_the_loopback(self) -> "NetworkSection":
+        if self.max_queued_mb is not None and self.max_queued_mb < self.max_message_mb:
+            raise ValueError(f"network.max_queued_mb ({self.max_queued_mb:g}) is below "
+                             f"network.max_message_mb ({self.max_message_mb:g}): one message "
+                             "could never be queued")
+        if self.tls is not None or self.insecure:
+            return self
+        off = ([("network.listen", self.listen)] if not is_loopback_address(self.listen) else [])
+        off += [(f"network.peers.{role}", addr) for role, addr in self.peers.items()
+                if not is_loopback_address(addr)]
+        if off:
+            where = ", ".join(f"{name} = {addr!r}" for name, addr in off)
+            raise ValueError(f"{where}: off the loopback without TLS; plaintext gRPC neither "
+                             "authenticates nor encrypts. Configure mutual TLS (network.tls: "
+                             "{cert, key, ca}), use a loopback address (127.0.0.1, ::1, "
+                             "localhost), or, knowingly, set network.insecure: true")
+        return self
+
+    def insecure_warning(self) -> str | None:
+        """What every start of a party must say when it runs plaintext by ``insecure: true``."""
+        if self.tls is not None or not self.insecure:
+            return None
+        return ("WARNING: network.insecure is true and no TLS is configured: the links of this "
+                f"party (listen {self.listen}, peers {dict(self.peers)}) are UNAUTHENTICATED and "
+                "UNENCRYPTED; anyone on the network can read, forge or replay its messages. "
+                "Configure network.tls (mutual TLS) for real data.")
 
 
 DeviceEntry = Union[int, str, dict[str, Any]]
@@ -204,6 +259,9 @@ class JobConfig(_Section):
     seed: int = 0
     key_bits: int = Field(2048, ge=1024, le=8192)
     params: dict[str, Any] = Field(default_factory=dict)
+    #: the job continues after a party restarted: its peers accept the restarted party's new
+    #: session; otherwise a second session from a party is refused (no replay into a new run)
+    resume: bool = False
 
     @field_validator("dataset")
     @classmethod
@@ -220,5 +278,5 @@ class JobConfig(_Section):
         return v
 
     def to_job(self) -> dict[str, Any]:
-        """The plain dict ``run_job`` takes."""
-        return self.model_dump()
+        """The plain dict ``run_job`` takes (``resume`` is for the transport, not the algorithm)."""
+        return self.model_dump(exclude={"resume"})

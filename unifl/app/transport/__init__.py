@@ -1,6 +1,8 @@
 """Party-to-party transport over gRPC: a versioned protobuf envelope (job id, sender, receiver,
 tag, session, sequence number, payload, CRC), retries that cannot duplicate, deadlines on every
-receive, optional mutual TLS, size limits.  ``GrpcTransport`` implements the ``Transport`` protocol
+receive, mutual TLS (required off the loopback), senders authenticated before anything about them
+is recorded, a session handshake against replays, size limits and per-peer queue caps.
+``unifl.app.transport.pki`` makes throwaway certificates for demos and tests.  ``GrpcTransport`` implements the ``Transport`` protocol
 of :mod:`unifl.app.channel`."""
 
 from .envelope import PROTOCOL_VERSION, Ack, Envelope, ErrorCode

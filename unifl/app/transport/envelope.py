@@ -12,7 +12,9 @@ import enum
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-PROTOCOL_VERSION = 1
+#: 2: the session handshake (``Envelope.peer_session``, ``Ack.session``); a v1 peer is refused by
+#: name instead of failing the handshake in a confusing way
+PROTOCOL_VERSION = 2
 PACKAGE = "unifl.transport.v1"
 SERVICE = f"{PACKAGE}.Transport"
 DELIVER_METHOD = f"/{SERVICE}/Deliver"
@@ -24,10 +26,10 @@ SCHEMA: dict[str, list[tuple[str, int, int]]] = {
                  ("sender", 3, _F.TYPE_STRING), ("receiver", 4, _F.TYPE_STRING),
                  ("tag", 5, _F.TYPE_STRING), ("session", 6, _F.TYPE_UINT64),
                  ("seq", 7, _F.TYPE_UINT64), ("payload", 8, _F.TYPE_BYTES),
-                 ("crc32", 9, _F.TYPE_FIXED32)],
+                 ("crc32", 9, _F.TYPE_FIXED32), ("peer_session", 10, _F.TYPE_UINT64)],
     "Ack": [("protocol_version", 1, _F.TYPE_UINT32), ("seq", 2, _F.TYPE_UINT64),
             ("duplicate", 3, _F.TYPE_BOOL), ("error_code", 4, _F.TYPE_UINT32),
-            ("error", 5, _F.TYPE_STRING)],
+            ("error", 5, _F.TYPE_STRING), ("session", 6, _F.TYPE_UINT64)],
 }
 
 
@@ -42,6 +44,8 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_SENDER = 6  # sender is not a configured peer
     IDENTITY = 7        # TLS certificate does not name the claimed sender
     CLOSED = 8          # receiver is shutting down
+    SESSION = 9         # no handshake, a replayed/stale session, or a second session from a sender
+    QUOTA = 10          # the sender has too many bytes or messages queued at the receiver
 
 
 def _build():

@@ -9,13 +9,14 @@ Guarantees:
 
 * **No duplicates from retries.**  A message gets its sequence number once; a retry after a lost
   Ack resends the same (session, seq), and the receiver acknowledges it as a duplicate without
-  queueing it again.  ``session`` is random per transport, so a restarted sender is a new stream.
+  queueing it again.  ``session`` is random per transport, so a restarted sender is a new stream
+  (refused unless the job resumes, see Sessions below).
 * **No silent loss.**  A gap in a sender's sequence numbers is a :class:`SequenceError` at both ends.
 * **No hangs.**  Every ``recv`` has a deadline (:class:`PeerTimeout` naming peer, address and tag);
   every ``send`` retries only until its deadline (:class:`PeerUnavailable`).  A peer that closes
   sends a goodbye, after which waiting for it is :class:`PeerClosed` at once; a peer that was
-  killed stops answering the liveness pings sent while waiting for it (:class:`PeerUnavailable`
-  after ``liveness_s``, however long ``timeout_s`` is).
+  killed or cut off by a network partition stops answering the liveness pings sent while waiting
+  for it (:class:`PeerUnavailable` after ``liveness_s``, however long ``timeout_s`` is).
 * **Named refusals.**  Another protocol version (:class:`ProtocolVersionError`), another job id
   (:class:`JobMismatchError`), an unparsable or corrupted envelope (:class:`MalformedMessageError`),
   an oversized message (:class:`MessageTooLarge`): the sender gets the error from the Ack, and the
@@ -24,6 +25,23 @@ Guarantees:
   a party's certificate names its role (SAN DNS entry or CN), the client checks that the server it
   reached is the role it meant (target-name override), and the server refuses an envelope whose
   sender differs from the role in the client's certificate (no spoofing another party).
+  ``mutually_authenticated`` is True exactly then.  Without TLS nothing identifies a sender, so
+  plaintext is refused for any address off the loopback unless ``insecure=True`` says otherwise.
+* **Authenticate first.**  An envelope is checked against the sender it claims (a configured peer;
+  with TLS, the role in the client's certificate) before anything is recorded about that sender:
+  a spoofed or unauthenticated envelope is refused and leaves no trace in the real sender's
+  stream.  Without TLS there is no identity to check, so on a plaintext link any local process can
+  still break a stream (the loopback demo accepts that; deployments use mutual TLS).
+* **Sessions.**  Before its first message to a peer a transport sends a hello (seq 0, never
+  queued); the Ack carries the receiver's random session nonce, and every later envelope echoes
+  it (``peer_session``).  An envelope that does not carry this transport's nonce (no handshake, or
+  a recording of another run replayed into this one) is refused with :class:`SessionError` and
+  leaves no trace.  The first accepted envelope binds the sender's session; another session from
+  the same role afterwards (a restarted or second party) is refused with :class:`SessionError`
+  unless this transport was created with ``resume=True``.
+* **Bounded queues.**  At most ``max_queued_messages`` messages and ``max_queued_mb`` MiB wait per
+  peer; beyond that the envelope is refused (:class:`PeerQuotaExceeded` for the sender, and for
+  the receiver's next ``recv`` from that peer) instead of growing memory.
 """
 
 from __future__ import annotations
@@ -40,9 +58,10 @@ from pathlib import Path
 
 import grpc
 
-from ...errors import (JobMismatchError, MalformedMessageError, MessageTooLarge, PeerClosed,
-                       PeerTimeout, PeerUnavailable, ProtocolVersionError, SequenceError,
-                       TransportError)
+from ...configs.schema import is_loopback_address
+from ...errors import (ConfigError, JobMismatchError, MalformedMessageError, MessageTooLarge,
+                       PeerClosed, PeerQuotaExceeded, PeerTimeout, PeerUnavailable,
+                       ProtocolVersionError, SequenceError, SessionError, TransportError)
 from .envelope import (DELIVER_METHOD, PROTOCOL_VERSION, SERVICE, Ack, Envelope, ErrorCode)
 
 log = logging.getLogger("unifl.transport")
@@ -50,13 +69,18 @@ log = logging.getLogger("unifl.transport")
 ROLES = ("guest", "host", "arbiter")
 BYE_TAG = "__bye__"           # control message: the sender closed its transport
 PING_TAG = "__ping__"         # control message (seq 0, never queued): is the peer's process alive?
+HELLO_TAG = "__hello__"       # control message (seq 0, never queued): the receiver's session nonce
+DEFAULT_MAX_QUEUED_MESSAGES = 4096
+#: a ping not answered within this is a failed ping (at least; liveness_s / 2 when longer)
+MIN_PING_TIMEOUT_S = 1.0
 ENVELOPE_OVERHEAD = 64 * 1024  # room for the envelope's header fields above the payload limit
 
 _CODE_ERRORS = {ErrorCode.MALFORMED: MalformedMessageError, ErrorCode.VERSION: ProtocolVersionError,
                 ErrorCode.JOB: JobMismatchError, ErrorCode.SEQUENCE: SequenceError,
                 ErrorCode.RECEIVER: MalformedMessageError,
                 ErrorCode.UNKNOWN_SENDER: MalformedMessageError,
-                ErrorCode.IDENTITY: TransportError, ErrorCode.CLOSED: PeerClosed}
+                ErrorCode.IDENTITY: TransportError, ErrorCode.CLOSED: PeerClosed,
+                ErrorCode.SESSION: SessionError, ErrorCode.QUOTA: PeerQuotaExceeded}
 _RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -85,39 +109,63 @@ class GrpcTransport:
         tls: ``TlsFiles`` (or an object with cert/key/ca) for mutual TLS; None = plaintext.
         max_message_mb: largest payload sent or accepted.
         timeout_s: default receive timeout, and the deadline of one send (with its retries).
-        liveness_s: while waiting, a peer seen alive before is pinged; one that has not answered
-            for this long has stopped (PeerUnavailable without waiting out the timeout).
+        liveness_s: while waiting, a peer seen alive before is pinged; one whose pings have all
+            failed (refused or unanswered) for this long has stopped or is cut off
+            (PeerUnavailable without waiting out the timeout).
+        max_queued_mb: bytes (MiB) one peer may have waiting in this party's queues
+            (None: 16 x ``max_message_mb``).
+        max_queued_messages: messages one peer may have waiting in this party's queues.
+        resume: accept a new session from a peer whose earlier session was bound (the job
+            resumes after a party restarted); otherwise a second session is a SessionError.
+        insecure: allow plaintext (no ``tls``) on addresses off the loopback.
     """
 
     def __init__(self, role: str, listen: str, peers: dict[str, str], job_id: str, tls=None,
                  max_message_mb: float = 64.0, timeout_s: float = 120.0, *,
                  protocol_version: int = PROTOCOL_VERSION, server_workers: int = 4,
-                 liveness_s: float = 5.0) -> None:
+                 liveness_s: float = 5.0, max_queued_mb: float | None = None,
+                 max_queued_messages: int = DEFAULT_MAX_QUEUED_MESSAGES, resume: bool = False,
+                 insecure: bool = False) -> None:
         if role not in ROLES:
             raise TransportError(f"role must be one of {ROLES}, got {role!r}")
         self.role = role
         self.job_id = str(job_id)
+        self.insecure = bool(insecure)
+        self._tls = None if tls is None else TlsFiles(tls.cert, tls.key, tls.ca)
+        self._check_plaintext("listen address", listen)
+        for peer, addr in peers.items():
+            self._check_plaintext(f"address of peer {peer}", addr)
         self.peers = dict(peers)
         self.timeout_s = float(timeout_s)
         self.max_bytes = int(max_message_mb * 1024 * 1024)
+        queued_mb = 16 * max_message_mb if max_queued_mb is None else max_queued_mb
+        self.max_queued_bytes = int(queued_mb * 1024 * 1024)
+        self.max_queued_messages = int(max_queued_messages)
+        if self.max_queued_messages < 1 or self.max_queued_bytes < 1:
+            raise ConfigError(f"{role}: max_queued_messages and max_queued_mb must be positive")
+        self.resume = bool(resume)
         self.protocol_version = int(protocol_version)
+        #: random per transport: our sending stream's id, and the nonce peers must echo to us
         self.session = secrets.randbits(63) or 1
         self.stats = {"bytes_sent": 0, "bytes_received": 0, "seconds_waiting": 0.0,
                       "seconds_sending": 0.0, "messages_sent": 0, "messages_received": 0,
                       "retries": 0, "duplicates_dropped": 0, "refused": 0}
-        self._tls = None if tls is None else TlsFiles(tls.cert, tls.key, tls.ca)
         self._pem = self._tls.read() if self._tls else None
         self._cond = threading.Condition()
         self._queues: dict[tuple[str, str], deque] = {}
+        self._queued: dict[str, list[int]] = {}               # per sender: [bytes, messages]
         self._errors: dict[str, TransportError] = {}         # per sender: why its stream broke
         self._closed_peers: set[str] = set()
         self._last_seq: dict[tuple[str, int], int] = {}       # (sender, session) -> last seq
+        self._bound: dict[str, int] = {}                      # sender -> its accepted session
+        self._retired: dict[str, set[int]] = {}               # sender -> sessions it resumed from
         self._next_seq: dict[str, int] = {}                   # receiver -> next seq to send
+        self._peer_nonce: dict[str, int] = {}                 # receiver -> its session nonce
         self._send_locks: dict[str, threading.Lock] = {}
         self._channels: dict[str, tuple[grpc.Channel, object]] = {}
         self._chan_lock = threading.Lock()
-        #: a peer seen alive (a message went through) that then does not answer pings for
-        #: ``liveness_s`` has stopped: recv says so at once instead of waiting out its timeout
+        #: a peer seen alive (a message went through) whose pings then fail for ``liveness_s``
+        #: has stopped: recv says so at once instead of waiting out its timeout
         self.liveness_s = float(liveness_s)
         self._seen_alive: set[str] = set()
         self._closed = False
@@ -143,20 +191,39 @@ class GrpcTransport:
         self.address = f"{listen.rsplit(':', 1)[0]}:{port}"
         self._server.start()
 
+    @property
+    def mutually_authenticated(self) -> bool:
+        """True when both ends of every link prove their role with a CA-signed certificate
+        (mutual TLS); only then may a secret such as a private key be sent."""
+        return self._pem is not None
+
     # ---- configuration
+    def _check_plaintext(self, what: str, address: str) -> None:
+        """Plaintext carries no identity and no secrecy: only the loopback may go without TLS."""
+        if self._tls is None and not self.insecure and not is_loopback_address(address):
+            raise ConfigError(f"{self.role}: {what} {address} is off the loopback and no TLS is "
+                              "configured; configure mutual TLS (network.tls) or, knowingly, "
+                              "network.insecure: true")
+
     def _grpc_options(self) -> list[tuple[str, int]]:
         limit = self.max_bytes + ENVELOPE_OVERHEAD
         return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
 
     def add_peer(self, role: str, address: str) -> None:
         """Tell this transport where peer ``role`` listens (before the first message to it)."""
+        self._check_plaintext(f"address of peer {role}", address)
         self.peers[role] = address
 
     # ---- server side
+    def _ack(self, seq: int = 0, **fields) -> bytes:
+        return Ack(protocol_version=self.protocol_version, seq=seq, session=self.session,
+                   **fields).SerializeToString()
+
     def _refuse(self, code: ErrorCode, msg: str, sender: str | None = None,
                 exc_type: type[TransportError] | None = None) -> bytes:
-        """Ack refusing an envelope; a refusal attributable to a known peer also breaks the
-        receiving side's stream from that peer, so its next recv raises instead of waiting."""
+        """Ack refusing an envelope.  Callers pass ``sender`` only once it is authenticated: such
+        a refusal also breaks the receiving side's stream from that peer, so its next recv raises
+        instead of waiting."""
         with self._cond:
             self.stats["refused"] += 1
             if sender in self.peers and exc_type is not None:
@@ -172,62 +239,109 @@ class GrpcTransport:
         except Exception:  # noqa: BLE001 - any parse failure is a malformed envelope
             return self._refuse(ErrorCode.MALFORMED,
                                 f"{self.role}: unparsable envelope ({len(raw)} bytes)")
-        if env.tag == PING_TAG and env.seq == 0:      # liveness probe: answered, never queued
-            return Ack(protocol_version=self.protocol_version).SerializeToString()
         who = f"{env.sender or '?'} -> {self.role} [{env.tag}] seq {env.seq}"
-        if env.protocol_version != self.protocol_version:
-            return self._refuse(ErrorCode.VERSION,
-                                f"{who}: peer {env.sender} speaks protocol v{env.protocol_version}, "
-                                f"{self.role} speaks v{self.protocol_version}",
-                                env.sender, ProtocolVersionError)
-        if env.job_id != self.job_id:
-            return self._refuse(ErrorCode.JOB, f"{who}: message of job {env.job_id!r}, but "
-                                f"{self.role} runs job {self.job_id!r}", env.sender,
-                                JobMismatchError)
+        # 1. authenticate: nothing below may record state for a sender it has not proven to be
         if env.sender not in self.peers:
             return self._refuse(ErrorCode.UNKNOWN_SENDER, f"{who}: sender {env.sender!r} is not a "
                                 f"configured peer of {self.role} ({sorted(self.peers)})")
-        if env.receiver != self.role:
-            return self._refuse(ErrorCode.RECEIVER, f"{who}: addressed to {env.receiver!r}",
-                                env.sender, MalformedMessageError)
         if self._pem and not _peer_is(context, env.sender):
             return self._refuse(ErrorCode.IDENTITY, f"{who}: the TLS certificate of the client "
                                 f"does not name {env.sender!r}")
+        sender = env.sender
+        control = env.seq == 0 and env.tag in (PING_TAG, HELLO_TAG)
+        if control and env.tag == PING_TAG:     # liveness probe: answered, never queued
+            return self._ack()
+        # 2. the authenticated sender's stream: a refusal here is its own doing
+        if env.protocol_version != self.protocol_version:
+            return self._refuse(ErrorCode.VERSION,
+                                f"{who}: peer {sender} speaks protocol v{env.protocol_version}, "
+                                f"{self.role} speaks v{self.protocol_version}",
+                                sender, ProtocolVersionError)
+        if env.job_id != self.job_id:
+            return self._refuse(ErrorCode.JOB, f"{who}: message of job {env.job_id!r}, but "
+                                f"{self.role} runs job {self.job_id!r}", sender,
+                                JobMismatchError)
+        if env.receiver != self.role:
+            return self._refuse(ErrorCode.RECEIVER, f"{who}: addressed to {env.receiver!r}",
+                                sender, MalformedMessageError)
+        if control:                              # hello: our nonce, which the sender must echo
+            return self._ack()
+        # 3. freshness: a message must echo this transport's nonce.  One that does not was not
+        # written for this run (replayed, or meant for an earlier incarnation of this party); it
+        # is refused without a trace, so replaying a recording cannot break a live stream.
+        if env.peer_session != self.session:
+            why = ("carries no session nonce (no hello first)" if not env.peer_session else
+                   "carries the session nonce of another run (a replayed recording, or a peer "
+                   f"still talking to an earlier {self.role})")
+            return self._refuse(ErrorCode.SESSION, f"{who}: {why}")
         if zlib.crc32(env.payload) != env.crc32:
             return self._refuse(ErrorCode.MALFORMED, f"{who}: payload checksum mismatch "
-                                "(corrupted in transit)", env.sender, MalformedMessageError)
-        if len(env.payload) > self.max_bytes:
-            return self._refuse(ErrorCode.MALFORMED, f"{who}: {len(env.payload)} bytes exceed "
-                                f"the limit of {self.max_bytes}", env.sender, MessageTooLarge)
-        key = (env.sender, env.session)
+                                "(corrupted in transit)", sender, MalformedMessageError)
+        size = len(env.payload)
+        if size > self.max_bytes:
+            return self._refuse(ErrorCode.MALFORMED, f"{who}: {size} bytes exceed "
+                                f"the limit of {self.max_bytes}", sender, MessageTooLarge)
+        key = (sender, env.session)
         with self._cond:
             if self._closed:
                 return Ack(protocol_version=self.protocol_version, error_code=ErrorCode.CLOSED,
                            error=f"{self.role} is closed").SerializeToString()
+            bound = self._bound.get(sender)
+            if bound is not None and env.session != bound:
+                retired = self._retired.setdefault(sender, set())
+                if env.session in retired:
+                    return self._refuse_locked(ErrorCode.SESSION, f"{who}: session {env.session}"
+                                               f" of {sender} was replaced by a resumed one")
+                if not self.resume:
+                    msg = (f"{who}: {sender} opened a second session while its session of this "
+                           "run is still bound (a restarted or duplicate party?); a job that "
+                           "continues after a restart must say resume: true")
+                    return self._refuse_locked(ErrorCode.SESSION, msg, sender, SessionError)
             last = self._last_seq.get(key, 0)
             if env.seq <= last:
                 self.stats["duplicates_dropped"] += 1
-                return Ack(protocol_version=self.protocol_version, seq=env.seq,
-                           duplicate=True).SerializeToString()
+                return self._ack(env.seq, duplicate=True)
             if env.seq != last + 1:
-                msg = (f"{who}: out of order, expected seq {last + 1} from {env.sender} "
+                msg = (f"{who}: out of order, expected seq {last + 1} from {sender} "
                        "(a message was lost)")
-                self._errors.setdefault(env.sender, SequenceError(msg))
-                self._cond.notify_all()
-                self.stats["refused"] += 1
-                return Ack(protocol_version=self.protocol_version, error_code=ErrorCode.SEQUENCE,
-                           error=msg).SerializeToString()
+                return self._refuse_locked(ErrorCode.SEQUENCE, msg, sender, SequenceError)
+            queued = self._queued.setdefault(sender, [0, 0])
+            if env.tag != BYE_TAG and (queued[1] + 1 > self.max_queued_messages
+                                       or queued[0] + size > self.max_queued_bytes):
+                msg = (f"{who}: {sender} already has {queued[1]} messages ({queued[0]} bytes) "
+                       f"waiting at {self.role}; the cap is {self.max_queued_messages} messages "
+                       f"and {self.max_queued_bytes} bytes (network.max_queued_messages, "
+                       "network.max_queued_mb)")
+                return self._refuse_locked(ErrorCode.QUOTA, msg, sender, PeerQuotaExceeded)
+            if bound != env.session:             # first session, or an explicit resume
+                if bound is not None:
+                    self._retired.setdefault(sender, set()).add(bound)
+                    self._last_seq.pop((sender, bound), None)
+                self._bound[sender] = env.session
             self._last_seq[key] = env.seq
-            self._seen_alive.add(env.sender)
+            self._seen_alive.add(sender)
             if env.tag == BYE_TAG:
-                self._closed_peers.add(env.sender)
+                self._closed_peers.add(sender)
             else:
-                self._closed_peers.discard(env.sender)
-                self._queues.setdefault((env.sender, env.tag), deque()).append(env.payload)
-                self.stats["bytes_received"] += len(env.payload)
+                self._closed_peers.discard(sender)
+                self._queues.setdefault((sender, env.tag), deque()).append(env.payload)
+                queued[0] += size
+                queued[1] += 1
+                self.stats["bytes_received"] += size
                 self.stats["messages_received"] += 1
             self._cond.notify_all()
-        return Ack(protocol_version=self.protocol_version, seq=env.seq).SerializeToString()
+        return self._ack(env.seq)
+
+    def _refuse_locked(self, code: ErrorCode, msg: str, sender: str | None = None,
+                       exc_type: type[TransportError] | None = None) -> bytes:
+        """``_refuse`` for a caller that holds ``self._cond``."""
+        self.stats["refused"] += 1
+        if sender is not None and exc_type is not None:
+            self._errors.setdefault(sender, exc_type(msg))
+            self._cond.notify_all()
+        log.warning("%s refused a message: %s", self.role, msg)
+        return Ack(protocol_version=self.protocol_version, error_code=int(code),
+                   error=msg).SerializeToString()
 
     # ---- client side
     def _stub(self, dst: str):
@@ -270,48 +384,27 @@ class GrpcTransport:
         t0 = time.perf_counter()
         with lock:
             seq = self._next_seq.get(dst, 1)
-            env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
-                           sender=self.role, receiver=dst, tag=tag, session=self.session, seq=seq,
-                           payload=data, crc32=zlib.crc32(data)).SerializeToString()
             stub = self._stub(dst)
             # The seq is used up by this attempt whatever happens: if the message did arrive but
             # its Ack was lost, reusing the seq would make the receiver drop the NEXT message as a
             # "duplicate"; consuming it turns a truly lost message into a SequenceError instead.
             self._next_seq[dst] = seq + 1
             deadline = time.monotonic() + timeout
-            delay, attempt, last_err = 0.05, 0, "no attempt"
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PeerUnavailable(
-                        f"{self.role} -> {dst} ({self.peers.get(dst)}) [{tag}]: not delivered "
-                        f"within {timeout:g} s after {attempt} attempt(s): {last_err}")
-                try:
-                    raw = stub(env, timeout=min(left, max(5.0, timeout / 4)), wait_for_ready=True)
-                    break
-                except grpc.RpcError as exc:
-                    code = exc.code()
-                    last_err = f"{code.name}: {exc.details()}"
-                    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        raise MessageTooLarge(f"{self.role} -> {dst} [{tag}]: refused by the "
-                                              f"peer's size limit ({exc.details()})") from None
-                    if code not in _RETRY_CODES:
-                        raise TransportError(f"{self.role} -> {dst} [{tag}]: {last_err}") from None
-                    attempt += 1
-                    with self._cond:
-                        self.stats["retries"] += 1
-                    time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                    delay = min(delay * 2, 1.0)
-            ack = _parse_ack(raw, self.role, dst)
-            if ack.error_code:
-                try:
-                    exc_type = _CODE_ERRORS.get(ErrorCode(ack.error_code), TransportError)
-                except ValueError:      # a code from a newer peer
-                    exc_type = TransportError
-                raise exc_type(f"{dst} refused {self.role}'s message [{tag}]: {ack.error}")
-            if ack.protocol_version != self.protocol_version:
-                raise ProtocolVersionError(f"{dst} answered with protocol v{ack.protocol_version}, "
-                                           f"{self.role} speaks v{self.protocol_version}")
+            nonce = self._peer_nonce.get(dst)
+            if nonce is None:        # first message to dst: learn the nonce it wants echoed
+                hello = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
+                                 sender=self.role, receiver=dst, tag=HELLO_TAG,
+                                 session=self.session, seq=0).SerializeToString()
+                ack = self._call(stub, hello, dst, tag, deadline, timeout)
+                if not ack.session:
+                    raise MalformedMessageError(f"{dst} answered {self.role}'s hello without a "
+                                                "session nonce")
+                nonce = self._peer_nonce[dst] = ack.session
+            env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
+                           sender=self.role, receiver=dst, tag=tag, session=self.session, seq=seq,
+                           payload=data, crc32=zlib.crc32(data),
+                           peer_session=nonce).SerializeToString()
+            self._call(stub, env, dst, tag, deadline, timeout)
         with self._cond:
             self._seen_alive.add(dst)
             if tag != BYE_TAG:
@@ -319,16 +412,57 @@ class GrpcTransport:
                 self.stats["messages_sent"] += 1
             self.stats["seconds_sending"] += time.perf_counter() - t0
 
+    def _call(self, stub, env: bytes, dst: str, tag: str, deadline: float, timeout: float):
+        """One envelope to ``dst``, retried on transient failures until ``deadline``; its Ack,
+        or the refusal it carries raised as the matching named error."""
+        delay, attempt, last_err = 0.05, 0, "no attempt"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PeerUnavailable(
+                    f"{self.role} -> {dst} ({self.peers.get(dst)}) [{tag}]: not delivered "
+                    f"within {timeout:g} s after {attempt} attempt(s): {last_err}")
+            try:
+                raw = stub(env, timeout=min(left, max(5.0, timeout / 4)), wait_for_ready=True)
+                break
+            except grpc.RpcError as exc:
+                code = exc.code()
+                last_err = f"{code.name}: {exc.details()}"
+                if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise MessageTooLarge(f"{self.role} -> {dst} [{tag}]: refused by the "
+                                          f"peer's size limit ({exc.details()})") from None
+                if code not in _RETRY_CODES:
+                    raise TransportError(f"{self.role} -> {dst} [{tag}]: {last_err}") from None
+                attempt += 1
+                with self._cond:
+                    self.stats["retries"] += 1
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 1.0)
+        ack = _parse_ack(raw, self.role, dst)
+        if ack.error_code:
+            try:
+                exc_type = _CODE_ERRORS.get(ErrorCode(ack.error_code), TransportError)
+            except ValueError:      # a code from a newer peer
+                exc_type = TransportError
+            raise exc_type(f"{dst} refused {self.role}'s message [{tag}]: {ack.error}")
+        if ack.protocol_version != self.protocol_version:
+            raise ProtocolVersionError(f"{dst} answered with protocol v{ack.protocol_version}, "
+                                       f"{self.role} speaks v{self.protocol_version}")
+        return ack
+
     def recv(self, src: str, tag: str, timeout: float | None = None) -> bytes:
         """The next message from ``src`` under ``tag``; waits at most ``timeout`` seconds
         (default: ``timeout_s``), then :class:`PeerTimeout` naming the peer and the tag.  While
-        waiting for a peer seen alive before, it is pinged every ``liveness_s``/2 s; when it has
-        not answered for ``liveness_s`` s its process is gone: :class:`PeerUnavailable` at once."""
+        waiting for a peer seen alive before, it is pinged every ``liveness_s``/2 s.  When its
+        pings have failed -- refused (process gone) or unanswered (process frozen, network
+        partitioned) -- at least twice in a row and for ``liveness_s`` s, :class:`PeerUnavailable`
+        at once; one slow ping on a busy machine is not enough."""
         timeout = self.timeout_s if timeout is None else float(timeout)
         t0 = time.perf_counter()
         deadline = time.monotonic() + timeout
         next_ping = time.monotonic() + self.liveness_s / 2
-        unanswered_since: float | None = None
+        failing_since: float | None = None
+        failures = 0
         key = (src, tag)
         try:
             while True:
@@ -338,6 +472,10 @@ class GrpcTransport:
                         data = q.popleft()
                         if not q:
                             del self._queues[key]
+                        queued = self._queued.get(src)
+                        if queued is not None:
+                            queued[0] -= len(data)
+                            queued[1] -= 1
                         return data
                     if src in self._errors:
                         raise self._errors[src]
@@ -358,39 +496,40 @@ class GrpcTransport:
                         self._cond.wait(min(deadline - now, max(next_ping - now, 0.05), 1.0))
                         continue
                 # outside the lock: the server threads keep delivering meanwhile
-                next_ping = time.monotonic() + self.liveness_s / 2
-                alive = self._ping(src)
-                if alive:
-                    unanswered_since = None
-                elif alive is False:
-                    unanswered_since = unanswered_since or time.monotonic()
-                    if time.monotonic() - unanswered_since >= self.liveness_s:
-                        raise PeerUnavailable(
-                            f"{self.role}: waiting for [{tag}] from {src}, but {src} "
-                            f"({self.peers.get(src)}) stopped answering for "
-                            f"{self.liveness_s:g} s (its party stopped or crashed)")
+                started = time.monotonic()
+                next_ping = started + self.liveness_s / 2
+                if self._ping(src):
+                    failing_since, failures = None, 0
+                    continue
+                failing_since = started if failing_since is None else failing_since
+                failures += 1
+                if failures >= 2 and time.monotonic() - failing_since >= self.liveness_s:
+                    raise PeerUnavailable(
+                        f"{self.role}: waiting for [{tag}] from {src}, but {src} "
+                        f"({self.peers.get(src)}) stopped answering for "
+                        f"{time.monotonic() - failing_since:.1f} s (liveness_s "
+                        f"{self.liveness_s:g}: its party stopped or crashed, or the network "
+                        "between us is partitioned)")
         finally:
             with self._cond:
                 self.stats["seconds_waiting"] += time.perf_counter() - t0
 
-    def _ping(self, dst: str) -> bool | None:
-        """True when ``dst``'s process answers a liveness probe, False when nothing listens at its
-        address any more (connection refused), None when inconclusive (a slow answer): only a
-        refused connection counts against a peer, so a busy machine is never declared dead."""
+    def _ping(self, dst: str) -> bool:
+        """True when ``dst``'s process answers a liveness probe within the ping timeout; False
+        when the connection is refused (nothing listens any more) or no answer comes (frozen
+        process, partitioned network).  ``recv`` needs a sustained run of False, not one."""
         env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
                        sender=self.role, receiver=dst, tag=PING_TAG, session=self.session,
                        seq=0).SerializeToString()
         try:
-            self._stub(dst)(env, timeout=max(self.liveness_s / 2, 0.2))
+            self._stub(dst)(env, timeout=max(self.liveness_s / 2, MIN_PING_TIMEOUT_S))
             return True
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                return False
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return None
-            return True          # any other answer came from a live process
+            # any answer other than "unreachable" / "no answer in time" came from a live process
+            return exc.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED)
         except TransportError:
-            return None
+            return True          # no address to ping: nothing to conclude, the timeout decides
 
     def close(self) -> None:
         """Say goodbye to the peers (best effort), stop the server, close the channels."""
@@ -433,10 +572,12 @@ def _peer_is(context, role: str) -> bool:
 
 
 def from_config(cfg, job_id: str, **overrides) -> GrpcTransport:
-    """A transport from a :class:`unifl.configs.PartyConfig`'s ``network`` section."""
+    """A transport from a :class:`unifl.configs.PartyConfig`'s ``network`` section (``overrides``,
+    e.g. ``resume=True`` from the job, replace constructor arguments)."""
     net = cfg.network
     kwargs = dict(role=cfg.party, listen=net.listen, peers=dict(net.peers), job_id=job_id,
                   tls=net.tls, max_message_mb=net.max_message_mb, timeout_s=net.timeout_s,
-                  liveness_s=net.liveness_s)
+                  liveness_s=net.liveness_s, max_queued_mb=net.max_queued_mb,
+                  max_queued_messages=net.max_queued_messages, insecure=net.insecure)
     kwargs.update(overrides)
     return GrpcTransport(**kwargs)
