@@ -11,6 +11,12 @@ All limb arguments use the canonical layout of :mod:`unifl.base_op.limbs`: ``uin
 ``DeviceBatch`` (see :meth:`Backend.own_batch`); results may be either, and every consumer reads them
 through the NumPy array protocol.  Exponent batches are limb arrays too: shape ``(N, Le)`` for one
 exponent per element, or ``(1, Le)`` for an exponent shared by the batch.
+
+``mod_exp_secret`` is ``mod_exp`` for exponents that are secret (the CRT decryption exponents p−1,
+q−1, RSA's d mod (p−1), the key owner's obfuscators): a backend implements it only with an
+exponentiation whose running time does not depend on the exponent's or the base's value (``cpu``:
+GMP's mpz_powm_sec; ``native``: OpenSSL's BN_mod_exp_mont_consttime).  Without it, ``unifl.mod_op``
+composes a fixed-schedule MontMult ladder, which is not claimed constant time.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ OPS: dict[str, str] = {
     # mod_op
     "mod_mul": "op_mod_mul(ctx, a, b) -> a·b mod m",
     "mod_exp": "op_mod_exp(ctx, base, exps) -> base^e mod m                       [exps (N|1, Le)]",
+    "mod_exp_secret": "op_mod_exp_secret(ctx, base, exps) -> base^e mod m for a SECRET e (and base): "
+                      "time independent of their values beyond their limb counts       [exps (N|1, Le)]",
     "mont_exp": "op_mont_exp(ctx, base_mont, exps) -> (base^e)·R mod m, in and out of the domain",
     "mont_multi_exp": "op_mont_multi_exp(ctx, bases_mont (N,L), exps (K,N,Le)) -> (K,L): "
                       "prod_i base_i^e_ki, Montgomery form",

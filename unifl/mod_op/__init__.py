@@ -13,7 +13,7 @@ from ..base_op.limbs import from_limbs, limb_count, to_limbs
 from ..errors import OperandError
 from . import compose
 
-__all__ = ["mod_mul", "mod_exp", "mont_exp", "mont_multi_exp", "mont_prod_groups", "mont_inverse",
+__all__ = ["mod_mul", "mod_exp", "mod_exp_secret", "mont_exp", "mont_multi_exp", "mont_prod_groups", "mont_inverse",
            "exp_limbs"]
 
 
@@ -63,6 +63,27 @@ def mod_exp(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np
     if backend.implements("mod_exp"):
         return backend.op_mod_exp(ctx, base, exps)
     return from_mont(backend, ctx, mont_exp(backend, ctx, to_mont(backend, ctx, base), exps))
+
+
+def mod_exp_secret(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    """base^e mod m where e (and usually the base) is SECRET: CRT decryption (c^(p−1) mod p²), RSA's
+    private operation (y^dp mod p), the key owner's obfuscators (y^p mod p²).  Same result as
+    :func:`mod_exp`, bit for bit.
+
+    On a backend with the native op the exponentiation is constant time in the values of e and the
+    base (``cpu``: GMP mpz_powm_sec; ``native``: OpenSSL BN_mod_exp_mont_consttime).  Otherwise it
+    is composed here as a fixed-window MontMult ladder (:func:`compose.mont_exp_fixed_schedule`):
+    the same sequence of batched MontMults whatever e is, but NOT claimed constant time (the window
+    table is gathered by NumPy indexing, and Python big-int code surrounds it).
+    """
+    base = operand(backend, ctx, base, "base")
+    exps = _check_exps(exps, base.shape[0])
+    if base.shape[0] == 0:
+        return np.empty(base.shape, np.uint64)
+    if backend.implements("mod_exp_secret"):
+        return backend.op_mod_exp_secret(ctx, base, exps)
+    x = to_mont(backend, ctx, base)
+    return from_mont(backend, ctx, compose.mont_exp_fixed_schedule(backend, ctx, x, exps))
 
 
 def mont_multi_exp(backend, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarray

@@ -113,6 +113,40 @@ def mont_exp(backend, ctx: MontContext, x: np.ndarray, exps: np.ndarray) -> np.n
     return acc
 
 
+#: window of the fixed-schedule ladder (16-entry table, as the gpu kernels use)
+SECRET_WINDOW = 4
+
+
+def mont_exp_fixed_schedule(backend, ctx: MontContext, x: np.ndarray, exps: np.ndarray
+                            ) -> np.ndarray:
+    """x^e (Montgomery form in and out) by a fixed-window ladder whose schedule depends only on the
+    exponent's limb count Le: a table of all 2^w powers, then for each of the 64·Le/w windows, w
+    squarings and ONE multiplication by the table entry of the digit -- digit 0 included, whose
+    entry is R mod m (the Montgomery one: MontMult(acc, R) = acc), so no zero window is skipped and
+    no leading zero bit is trimmed.  Every element of the batch, and every exponent of that length,
+    runs the same batched MontMults.
+
+    For backends without a constant-time ``mod_exp_secret``.  Not claimed constant time: the table
+    entries are gathered by NumPy fancy indexing (addresses follow the digits) and the backend's
+    MontMult may itself branch on the data (a final conditional subtraction).
+    """
+    n = x.shape[0]
+    le = exps.shape[1]
+    w = SECRET_WINDOW
+    nw = -(-64 * le // w)
+    table = _all_powers(backend, ctx, x, w)                 # (2^w, N, L), table[0] = R mod m
+    if exps.shape[0] == 1 and n > 1:
+        exps = np.repeat(exps, n, axis=0)
+    digits = _digits(exps, w, nw)                           # (nw, N), most significant first
+    rows = np.arange(n)
+    acc = table[digits[0], rows].copy()
+    for j in range(1, nw):
+        for _ in range(w):
+            acc = _mm(backend, ctx, acc, acc)
+        acc = _mm(backend, ctx, acc, table[digits[j], rows])
+    return acc
+
+
 def _tree_product(backend, ctx, vals: np.ndarray) -> np.ndarray:
     """Product over axis 1 of (K, N, L) -> (K, L), by pairwise batched MontMults."""
     while vals.shape[1] > 1:

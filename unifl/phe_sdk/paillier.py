@@ -448,25 +448,29 @@ def _crt_combine(be, sk: "PrivateKey", halves_spec) -> np.ndarray:
 
 
 def _fixed_base_table(be, pk: PublicKey) -> np.ndarray:
-    """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key."""
+    """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key.
+
+    Built under the key's lock: members of one multi-device backend share the key, and the table is
+    built once, by whichever asks first."""
     fb = pk.fixed_base
     key = ("fixed_base_table", be.name)
-    cached = pk.device_state.get(key)
-    if cached is not None and cached[0] is fb:
-        return cached[1]
-    ctx = pk.nsquare_ctx
-    nwin = -(-fb.exp_bits // fb.window)
-    per = (1 << fb.window) - 1
-    table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
-    base = fb.hs_mont[None, :].copy()
-    for j in range(nwin):
-        table[j, 0] = base[0]
-        for d in range(1, per):
-            table[j, d] = base_op.mont_mul(be, ctx, table[j, d - 1:d], base, checked=False)[0]
-        for _ in range(fb.window):
-            base = base_op.mont_mul(be, ctx, base, base, checked=False)
-    pk.device_state[key] = (fb, table)
-    return table
+    with pk.state_lock:
+        cached = pk.device_state.get(key)
+        if cached is not None and cached[0] is fb:
+            return cached[1]
+        ctx = pk.nsquare_ctx
+        nwin = -(-fb.exp_bits // fb.window)
+        per = (1 << fb.window) - 1
+        table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
+        base = fb.hs_mont[None, :].copy()
+        for j in range(nwin):
+            table[j, 0] = base[0]
+            for d in range(1, per):
+                table[j, d] = base_op.mont_mul(be, ctx, table[j, d - 1:d], base, checked=False)[0]
+            for _ in range(fb.window):
+                base = base_op.mont_mul(be, ctx, base, base, checked=False)
+        pk.device_state[key] = (fb, table)
+        return table
 
 
 def _fixed_base_obfuscators(be, pk: PublicKey, a: np.ndarray) -> np.ndarray:

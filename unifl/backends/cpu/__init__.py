@@ -1,7 +1,8 @@
 """``cpu``: the reference backend.  Every op on Python/gmpy2 integers, one element at a time.
 
 It is deliberately the simplest correct implementation, not a fast one: every other backend must give
-bit-identical results to it.  Its multi-exponentiation and grouped product are computed independently
+bit-identical results to it.  Secret exponents (``mod_exp_secret``) use GMP's constant-time
+mpz_powm_sec.  Its multi-exponentiation and grouped product are computed independently
 of the generic compositions (plain ``powmod`` and products), so the equivalence harness checks those
 compositions too.
 """
@@ -22,8 +23,8 @@ def _ints(a: np.ndarray) -> list:
 
 class CpuBackend(Backend):
     name = "cpu"
-    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
-                            "mont_prod_groups"})
+    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
+                            "mont_multi_exp", "mont_prod_groups"})
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -54,6 +55,18 @@ class CpuBackend(Backend):
 
     def op_mod_exp(self, ctx, base, exps):
         return to_limbs(self._pows(ctx, _ints(base), exps), ctx.num_limbs)
+
+    def op_mod_exp_secret(self, ctx, base, exps):
+        """Secret exponents through GMP's mpz_powm_sec (gmpy2.powmod_sec): its time and memory
+        accesses do not depend on the exponent's or the base's value.  GMP needs e > 0; e = 0 (never
+        a real secret exponent) gives 1 mod m directly."""
+        m = gmpy2.mpz(ctx.m)
+        es = _ints(exps)
+        if len(es) == 1:
+            es = es * base.shape[0]
+        one = gmpy2.mpz(1) % m
+        return to_limbs([gmpy2.powmod_sec(x, e, m) if e else one
+                         for x, e in zip(_ints(base), es)], ctx.num_limbs)
 
     def op_mont_exp(self, ctx, base_mont, exps):
         m, rinv, r = self._rinv(ctx)

@@ -11,9 +11,14 @@ mont_mul           MontMult kernel; also the homomorphic ciphertext addition (c�
 mod_mul            MontMult then MontMult by R² (a·b mod m, plain in and out)
 mont_exp           fixed-window (w = 4) ModExp in the Montgomery domain; also ciphertext×scalar
 mod_exp            enter the domain, mont_exp, leave it: one kernel
+mod_exp_secret     the same kernel: NOT constant time (it skips zero windows, trims leading zero
+                   digits and its MontMult ends in a data-dependent subtraction); declared so the
+                   secret exponentiations stay one kernel launch rather than a host-driven ladder
 mont_multi_exp     UniFL Alg. 5: K·N powers, then log2(N) halving rounds of MontMults on the device
 paillier_encrypt   UniFL Alg. 4: (1 + m·n)·r^n mod n², one domain entry per operand, one kernel
-paillier_decrypt   CRT decryption, one kernel (wide reductions by Montgomery multiplication)
+paillier_decrypt   CRT decryption, one kernel (wide reductions by Montgomery multiplication); an
+                   element whose CRT half degenerates (not a unit mod n²) comes back as the
+                   all-ones sentinel row and is refused here with InvalidCiphertextError
 =================  ==========================================================================
 
 ``mont_prod_groups`` and the fixed-base (DJN) encryption are not native here: the generic layers
@@ -22,12 +27,13 @@ compose them from the MontMult kernel.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 import numpy as np
 
 from ...base_op import MontContext
-from ...errors import OperandError
+from ...errors import InvalidCiphertextError, OperandError
 from ..base import Backend
 from . import keys
 
@@ -48,6 +54,9 @@ MONT_EXP, MOD_EXP = 0, 1   # ExpMode in kernels.cuh
 KIND_CTX, KIND_PUB, KIND_PRIV = 0, 1, 2   # key blob kinds (keys.py)
 
 
+_PREPARE_LOCK = threading.RLock()   # for holders without a state_lock of their own (contexts)
+
+
 def _c(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.uint64)
 
@@ -56,15 +65,20 @@ class KernelBackend(Backend):
     """A backend whose native ops are the gpu kernel bodies run by ``self.engine``."""
 
     name = "kernel-abstract"
-    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
-                            "paillier_encrypt", "paillier_decrypt"})
+    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
+                            "mont_multi_exp", "paillier_encrypt", "paillier_decrypt"})
     engine: Engine
 
     # ---- per-key constants, prepared (uploaded) once and kept in the key's device_state
     def _key(self, holder, build, kind: int) -> Any:
         st = holder.device_state.get(self.name)
         if st is None:
-            st = holder.device_state[self.name] = self.engine.prepare(build(holder), kind)
+            # one owner per key: two threads sharing a key (members of one multi-device backend)
+            # prepare / upload its blob once
+            with getattr(holder, "state_lock", None) or _PREPARE_LOCK:
+                st = holder.device_state.get(self.name)
+                if st is None:
+                    st = holder.device_state[self.name] = self.engine.prepare(build(holder), kind)
         return st
 
     def _ctx(self, ctx: MontContext) -> Any:
@@ -87,6 +101,10 @@ class KernelBackend(Backend):
     def op_mod_exp(self, ctx, base, exps):
         return self.engine.exp(self._ctx(ctx), self.own_batch(base), _c(exps), MOD_EXP)
 
+    def op_mod_exp_secret(self, ctx, base, exps):
+        # the ModExp kernel: one launch, but not constant time (see the table in the module doc)
+        return self.op_mod_exp(ctx, base, exps)
+
     def op_mont_multi_exp(self, ctx, bases_mont, exps):
         return self.engine.multi_exp(self._ctx(ctx), self.own_batch(bases_mont), _c(exps))
 
@@ -102,5 +120,17 @@ class KernelBackend(Backend):
         if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
                                f"{32 * keys.MAX_LIMBS} bits")
-        return self.engine.paillier_decrypt(self._key(sk, keys.priv_blob, KIND_PRIV),
-                                            self.own_batch(c_mont))
+        out = self.engine.paillier_decrypt(self._key(sk, keys.priv_blob, KIND_PRIV),
+                                           self.own_batch(c_mont))
+        # The kernel cannot raise: an element whose c^(p−1) mod p² (or the q half) is not ≡ 1 mod p
+        # -- c shares a factor with n, and its decryption would reveal the key -- is written as the
+        # all-ones row, which no plaintext (< n < 2^(64·Ln)) can equal.  Plaintexts are needed on
+        # the host anyway; the fetch is cached in the batch.
+        rows = np.asarray(out)
+        bad = np.flatnonzero((rows == np.uint64(0xFFFFFFFFFFFFFFFF)).all(axis=1)) if rows.size \
+            else ()
+        if len(bad):
+            raise InvalidCiphertextError(
+                f"ciphertext #{int(bad[0])} is not a unit mod n² (a CRT half of its decryption "
+                "degenerates); refused, since decrypting it could reveal the key")
+        return out

@@ -3,11 +3,19 @@
 MontMult is OpenSSL's mulx/adcx/adox ``bn_mul_mont`` reached through ``BN_mod_mul_montgomery`` (see
 the header of ``src/native.cpp`` for the measurement behind that choice); batching, threading,
 windowed / fixed-base / multi-exponentiation and the fused Paillier ops are ours.
+
+Secret exponents (``mod_exp_secret``, and the exponentiations inside the fused CRT decryption) go
+through OpenSSL's ``BN_mod_exp_mont_consttime``: constant time in the values of the exponent and the
+base.  Public exponents keep the faster sliding-window code.
+
+Every array argument is checked by the extension itself (dtype, contiguity, dimensions, rows, limbs);
+the wrappers here only make views contiguous, so a layout the SDK produces never fails those checks.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -20,12 +28,23 @@ except ImportError as exc:  # extension not built
     _native = None
     _IMPORT_ERROR = str(exc)
 
+# Per-key state (the C++ key objects and the DJN table) is built under the key's own ``state_lock``
+# so that two threads sharing a key -- two members of one multi-device backend -- build it once.
+_FALLBACK_LOCK = threading.RLock()
+
+
+def _state_lock(holder) -> "threading.RLock":
+    return getattr(holder, "state_lock", None) or _FALLBACK_LOCK
+
+
+_c = np.ascontiguousarray
+
 
 class NativeBackend(Backend):
     name = "native"
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
                             "mont_prod_groups", "mont_inverse", "paillier_encrypt", "paillier_encrypt_fixed_base",
-                            "paillier_decrypt"})
+                            "paillier_decrypt", "mod_exp_secret"})
 
     def __init__(self, threads: int | None = None, **options) -> None:
         super().__init__(**options)
@@ -54,55 +73,76 @@ class NativeBackend(Backend):
 
     # ---- base_op / mod_op
     def op_mont_mul(self, ctx, a, b):
-        return _native.mont_mul(self.modulus(ctx), a, b, self.threads)
+        return _native.mont_mul(self.modulus(ctx), _c(a), _c(b), self.threads)
 
     def op_mod_mul(self, ctx, a, b):
-        return _native.mod_mul(self.modulus(ctx), a, b, self.threads)
+        return _native.mod_mul(self.modulus(ctx), _c(a), _c(b), self.threads)
 
     def op_mod_exp(self, ctx, base, exps):
-        return _native.mod_exp(self.modulus(ctx), base, exps, self.threads)
+        return _native.mod_exp(self.modulus(ctx), _c(base), _c(exps), self.threads)
+
+    def op_mod_exp_secret(self, ctx, base, exps):
+        """base^e mod m in constant time (OpenSSL BN_mod_exp_mont_consttime per element)."""
+        return _native.mod_exp_secret(self.modulus(ctx), _c(base), _c(exps), self.threads)
 
     def op_mont_exp(self, ctx, base_mont, exps):
-        return _native.mont_exp(self.modulus(ctx), base_mont, exps, self.threads)
+        return _native.mont_exp(self.modulus(ctx), _c(base_mont), _c(exps), self.threads)
 
     def op_mont_multi_exp(self, ctx, bases_mont, exps):
-        return _native.mont_multi_exp(self.modulus(ctx), bases_mont, exps, self.threads)
+        return _native.mont_multi_exp(self.modulus(ctx), _c(bases_mont), _c(exps), self.threads)
 
     def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
-        return _native.mont_prod_groups(self.modulus(ctx), a_mont, groups, num_groups, self.threads)
+        return _native.mont_prod_groups(self.modulus(ctx), _c(a_mont), _c(groups), num_groups,
+                                        self.threads)
 
     def op_mont_inverse(self, ctx, a_mont):
-        return _native.mont_inverse(self.modulus(ctx), a_mont, self.threads)
+        return _native.mont_inverse(self.modulus(ctx), _c(a_mont), self.threads)
 
     # ---- fused Paillier (keys carry their per-backend state in key.device_state)
     def _pub(self, pk):
         st = pk.device_state.get("native")
         if st is None:
-            st = pk.device_state["native"] = _native.PaillierPublic(
-                self.modulus(pk.nsquare_ctx), pk.n_ctx.m_limbs)
+            with _state_lock(pk):
+                st = pk.device_state.get("native")
+                if st is None:
+                    st = pk.device_state["native"] = _native.PaillierPublic(
+                        self.modulus(pk.nsquare_ctx), pk.n_ctx.m_limbs)
         return st
 
     def op_paillier_encrypt(self, pk, m, r):
-        return self._pub(pk).encrypt(m, r, self.threads)
+        return self._pub(pk).encrypt(_c(m), _c(r), self.threads)
+
+    def _build_fixed_base(self, pub, fb) -> None:
+        """Compute the DJN comb table of ``fb`` into the key's C++ object (the costly step)."""
+        pub.set_fixed_base(_c(fb.hs_mont), fb.exp_bits, fb.window, self.threads)
 
     def op_paillier_encrypt_fixed_base(self, pk, m, a):
         pub = self._pub(pk)
         fb = pk.fixed_base
         if pk.device_state.get("native_fb") is not fb:
-            pub.set_fixed_base(fb.hs_mont, fb.exp_bits, fb.window, self.threads)
-            pk.device_state["native_fb"] = fb
-        return pub.encrypt_fixed_base(m, a, self.threads)
+            # check and build under the key's lock: built once per FixedBase, however many
+            # threads encrypt with a fresh key at the same time
+            with _state_lock(pk):
+                if pk.device_state.get("native_fb") is not fb:
+                    self._build_fixed_base(pub, fb)
+                    pk.device_state["native_fb"] = fb
+        return pub.encrypt_fixed_base(_c(m), _c(a), self.threads)
 
     def op_paillier_decrypt(self, sk, c_mont):
+        """CRT decryption, constant-time exponentiations.  Raises InvalidCiphertextError (from the
+        extension) naming the first element that is not a unit mod n²."""
         st = sk.device_state.get("native")
         if st is None:
-            L = sk.public_key.n_ctx.num_limbs
-            from ...base_op.limbs import to_limbs
+            with _state_lock(sk):
+                st = sk.device_state.get("native")
+                if st is None:
+                    L = sk.public_key.n_ctx.num_limbs
+                    from ...base_op.limbs import to_limbs
 
-            def one(v):
-                return to_limbs([v], L)[0]
-            st = sk.device_state["native"] = _native.PaillierPrivate(
-                self._pub(sk.public_key), self.modulus(sk.psquare_ctx),
-                self.modulus(sk.qsquare_ctx), one(sk.p), one(sk.q), one(sk.hp), one(sk.hq),
-                one(sk.q_inverse))
-        return st.decrypt(np.ascontiguousarray(c_mont), self.threads)
+                    def one(v):
+                        return to_limbs([v], L)[0]
+                    st = sk.device_state["native"] = _native.PaillierPrivate(
+                        self._pub(sk.public_key), self.modulus(sk.psquare_ctx),
+                        self.modulus(sk.qsquare_ctx), one(sk.p), one(sk.q), one(sk.hp),
+                        one(sk.hq), one(sk.q_inverse))
+        return st.decrypt(_c(c_mont), self.threads)

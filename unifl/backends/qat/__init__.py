@@ -20,6 +20,12 @@ QAT's only big-number primitive is ModExp, so this backend runs natively:
 Every request the device fails (or cannot take: operands over 8192 bits) is recomputed on the CPU;
 results are bit-identical to ``cpu``.
 
+Secret exponents (``mod_exp_secret``: Paillier CRT decryption, the key owner's obfuscators, RSA
+signing) run through the same pipeline, but every part of them computed on the host -- the
+``cpu_share`` and the recomputation of failed requests -- uses the native backend's constant-time
+exponentiation (OpenSSL BN_mod_exp_mont_consttime).  What the card does with them is the vendor's
+implementation (cpaCyLnModExp); we make no timing claim for it, nor for our simulator.
+
 Where no QAT library is installed, our simulator library (``src/qat_sim.cpp``, same C ABI) is
 loaded instead, and the probe, ``describe()`` and every report say "QAT simulator".
 
@@ -46,8 +52,8 @@ from . import runtime
 
 class QatBackend(Backend):
     name = "qat"
-    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
-                            "mont_prod_groups", "paillier_encrypt"})
+    native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
+                            "mont_multi_exp", "mont_prod_groups", "paillier_encrypt"})
 
     def __init__(self, library: str | None = None, instances: int | str = "all",
                  max_in_flight: int = 96, cpu_share: float = 0.0, simulator: bool | None = None,
@@ -145,6 +151,12 @@ class QatBackend(Backend):
         from ...scheduler.pipeline import hybrid_mod_exp
         return hybrid_mod_exp(self, ctx, base, exps)
 
+    def op_mod_exp_secret(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+        """Secret exponents: on the card as ``mod_exp``, but the host's share and its recomputations
+        through the constant-time native op (the pipeline reaches the CPU only as ``.cpu``)."""
+        from ...scheduler.pipeline import hybrid_mod_exp
+        return hybrid_mod_exp(_SecretSide(self), ctx, base, exps)
+
     def op_mont_exp(self, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
         base = from_mont(self.cpu, ctx, base_mont)
         return to_mont(self.cpu, ctx, self.op_mod_exp(ctx, base, exps))
@@ -152,3 +164,28 @@ class QatBackend(Backend):
     def op_paillier_encrypt(self, pk, m: np.ndarray, r: np.ndarray) -> np.ndarray:
         from ...scheduler.pipeline import paillier_encrypt
         return paillier_encrypt(self, pk, m, r)
+
+
+class _ConstTimeCpu:
+    """The native backend as the pipeline's CPU side for secret exponents: ``op_mod_exp`` is the
+    constant-time ``op_mod_exp_secret``; everything else is the native backend's."""
+
+    def __init__(self, native: Backend) -> None:
+        self._native = native
+
+    def op_mod_exp(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+        return self._native.op_mod_exp_secret(ctx, base, exps)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._native, name)
+
+
+class _SecretSide:
+    """A QatBackend seen by the ModExp pipeline with the constant-time CPU side."""
+
+    def __init__(self, qat: QatBackend) -> None:
+        self._qat = qat
+        self.cpu = _ConstTimeCpu(qat.cpu)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._qat, name)

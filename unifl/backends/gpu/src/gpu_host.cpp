@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,10 +69,115 @@ struct Batch {
     }
 };
 
-Limbs rows(const Limbs &a, const char *name, int L) {
-    if (a.ndim() != 2 || a.shape(1) != L)
-        throw std::invalid_argument(std::string(name) + ": expected shape (N, " + std::to_string(L) + ")");
-    return a;
+// ---- argument checks.  Every array from Python is checked before a pointer into it is used:
+// dtype uint64 (native byte order, never cast), C-contiguous, aligned, its dimensions against what
+// the bodies read.  Key blobs are walked field by field with bounds: a truncated or inconsistent
+// blob would make the bodies read past it.  std::invalid_argument reaches Python as ValueError.
+constexpr long long kAny = -1;
+
+std::string shape_of(const py::array &a) {
+    std::string s = "(";
+    for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
+    return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+[[noreturn]] void bad_arg(const char *fn, const char *name, const std::string &what) {
+    throw std::invalid_argument(std::string(fn) + ": argument '" + name + "' " + what);
+}
+
+Limbs arr(const py::array &a, const char *fn, const char *name, std::vector<long long> dims, bool one_ok = false) {
+    if (!a.dtype().equal(py::dtype::of<u64>()))
+        bad_arg(fn, name, "must be a uint64 array (native byte order), got dtype " + std::string(py::str(a.dtype())));
+    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
+        bad_arg(fn, name, "must be C-contiguous (np.ascontiguousarray), got a strided view of shape " + shape_of(a));
+    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_)) bad_arg(fn, name, "must be aligned");
+    std::string want = "(";
+    for (size_t d = 0; d < dims.size(); ++d)
+        want += (d ? ", " : "") + std::string(d == 0 && one_ok ? "1|" : "") +
+                (dims[d] == kAny ? std::string("*") : std::to_string(dims[d]));
+    want += dims.size() == 1 ? ",)" : ")";
+    if (a.ndim() != py::ssize_t(dims.size()))
+        bad_arg(fn, name, "must have shape " + want + ", got " + std::to_string(a.ndim()) + "-D shape " + shape_of(a));
+    for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d] == kAny || a.shape(d) == dims[d] || (d == 0 && one_ok && a.shape(0) == 1)) continue;
+        bad_arg(fn, name, "must have shape " + want + ", got " + shape_of(a));
+    }
+    return Limbs::ensure(a);
+}
+
+// Reads a blob's header words with bounds; every field the bodies use must lie inside the blob.
+struct BlobWalk {
+    const u64 *b;
+    long long len, pos = 0;
+    const char *fn;
+    u64 word(long long lo, long long hi, const char *what) {
+        if (pos >= len) bad_arg(fn, "key", std::string("is truncated before ") + what);
+        const u64 v = b[pos++];
+        if ((long long)v < lo || (long long)v > hi)
+            bad_arg(fn, "key", std::string("has ") + what + " = " + std::to_string(v) + " outside [" +
+                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return v;
+    }
+    void skip(long long words, const char *what) {
+        if (words < 0 || pos + words > len) bad_arg(fn, "key", std::string("is truncated in ") + what);
+        pos += words;
+    }
+    int ctx(const char *what) {  // [n0inv, L, m, R mod m, R² mod m]
+        skip(1, what);
+        const int L = (int)word(1, unifl_gpu::MAX_BLOB_LIMBS, what);
+        skip(3LL * L, what);
+        return L;
+    }
+    void end() {
+        if (pos != len) bad_arg(fn, "key", "has " + std::to_string(len - pos) + " trailing words");
+    }
+};
+
+long long key_len(const py::array &k, const char *fn) {
+    Limbs key = arr(k, fn, "key", {kAny});
+    return key.shape(0);
+}
+
+// A modulus context blob; returns its limb count.
+int check_ctx_blob(const py::array &k, const char *fn) {
+    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
+    const int L = w.ctx("the modulus context");
+    w.end();
+    return L;
+}
+
+void check_pub_blob(const py::array &k, const char *fn) {
+    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
+    const int L2 = w.ctx("n²'s context");
+    const int Ln = (int)w.word(1, unifl_gpu::MAX_BLOB_LIMBS, "Ln");
+    w.skip(Ln, "n");
+    w.end();
+    if (L2 != 2 * Ln && L2 != 2 * Ln - 1) bad_arg(fn, "key", "has n and n² of inconsistent sizes");
+}
+
+void check_priv_blob(const py::array &k, const char *fn) {
+    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
+    const long long M = unifl_gpu::MAX_BLOB_LIMBS;
+    const int Lp2 = w.ctx("p²'s context"), Lq2 = w.ctx("q²'s context");
+    const int Lp = w.ctx("p's context"), Lq = w.ctx("q's context");
+    const int L2 = (int)w.word(1, M, "L2");
+    const int Kp = (int)w.word(1, M, "Kp");
+    w.skip((long long)Kp * Lp2, "Wp");
+    const int Kq = (int)w.word(1, M, "Kq");
+    w.skip((long long)Kq * Lq2, "Wq");
+    w.skip((long long)w.word(1, M, "Lep"), "p − 1");
+    w.skip((long long)w.word(1, M, "Leq"), "q − 1");
+    w.skip(2LL * (Lp + Lq), "the division and h constants");
+    const int Kpq = (int)w.word(1, M, "Kpq");
+    w.skip((long long)Kpq * Lp, "Wpq");
+    w.skip((long long)Lp + Lq, "q^-1 mod p and q");
+    const int Ln = (int)w.word(1, M, "Ln");
+    w.end();
+    // the bodies' local arrays hold max(Lp2, Lq2, Ln) limbs, the exactness check 2·Ls of them, and
+    // the wide reductions read K chunks of the ciphertext
+    if ((Lp2 != 2 * Lp && Lp2 != 2 * Lp - 1) || (Lq2 != 2 * Lq && Lq2 != 2 * Lq - 1) ||
+        Kp * Lp2 < L2 || Kq * Lq2 < L2 || Kpq * Lp < Lq || (L2 != 2 * Ln && L2 != 2 * Ln - 1))
+        bad_arg(fn, "key", "has inconsistent sizes");
 }
 
 u64 *mut(Limbs &a) { return a.mutable_data(); }
@@ -83,13 +189,13 @@ void need(bool ok, const char *what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
-Limbs mul(Limbs key, Limbs a, Limbs b, int mode, bool soa, int threads) {
+Limbs mul(py::array key_, py::array a_, py::array b_, int mode, bool soa, int threads) {
+    const int L = check_ctx_blob(key_, "mul");
+    Limbs key = arr(key_, "mul", "key", {kAny});
     const u64 *kb = key.data();
-    const int L = (int)kb[1];
-    rows(a, "a", L);
-    rows(b, "b", L);
+    Limbs a = arr(a_, "mul", "a", {kAny, L});
     const long long n = a.shape(0);
-    need(b.shape(0) == n, "a and b differ in length");
+    Limbs b = arr(b_, "mul", "b", {n, L});
     Limbs out({(py::ssize_t)n, (py::ssize_t)L});
     {
         py::gil_scoped_release nogil;
@@ -103,13 +209,15 @@ Limbs mul(Limbs key, Limbs a, Limbs b, int mode, bool soa, int threads) {
     return out;
 }
 
-Limbs power(Limbs key, Limbs base, Limbs exps, int mode, bool soa, int threads) {
+Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads) {
+    const int L = check_ctx_blob(key_, "exp");
+    Limbs key = arr(key_, "exp", "key", {kAny});
     const u64 *kb = key.data();
-    const int L = (int)kb[1];
-    rows(base, "base", L);
+    Limbs base = arr(base_, "exp", "base", {kAny, L});
     const long long n = base.shape(0);
-    need(exps.ndim() == 2 && (exps.shape(0) == 1 || exps.shape(0) == n), "exps must be (1|N, Le)");
+    Limbs exps = arr(exps_, "exp", "exps", {n, kAny}, true);
     const int Le = (int)exps.shape(1);
+    need(Le >= 1, "exp: exps need at least one limb");
     const int shared = exps.shape(0) == 1 && n != 1;
     Limbs out({(py::ssize_t)n, (py::ssize_t)L});
     {
@@ -125,15 +233,16 @@ Limbs power(Limbs key, Limbs base, Limbs exps, int mode, bool soa, int threads) 
     return out;
 }
 
-Limbs multi_exp(Limbs key, Limbs bases, py::array_t<u64, py::array::c_style | py::array::forcecast> exps,
-                bool soa, int threads) {
+Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int threads) {
+    const int L = check_ctx_blob(key_, "multi_exp");
+    Limbs key = arr(key_, "multi_exp", "key", {kAny});
     const u64 *kb = key.data();
-    const int L = (int)kb[1];
-    rows(bases, "bases", L);
+    Limbs bases = arr(bases_, "multi_exp", "bases", {kAny, L});
     const long long N = bases.shape(0);
-    need(exps.ndim() == 3 && exps.shape(1) == N, "exps must be (K, N, Le)");
+    Limbs exps = arr(exps_, "multi_exp", "exps", {kAny, N, kAny});
     const long long K = exps.shape(0);
     const int Le = (int)exps.shape(2);
+    need(Le >= 1, "multi_exp: exps need at least one limb");
     need(N > 0, "multi-exp needs at least one base");
     Limbs out({(py::ssize_t)K, (py::ssize_t)L});
     {
@@ -163,13 +272,14 @@ Limbs multi_exp(Limbs key, Limbs bases, py::array_t<u64, py::array::c_style | py
     return out;
 }
 
-Limbs paillier_encrypt(Limbs pub, Limbs m, Limbs r, bool soa, int threads) {
+Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads) {
+    check_pub_blob(pub_, "paillier_encrypt");
+    Limbs pub = arr(pub_, "paillier_encrypt", "key", {kAny});
     const u64 *kb = pub.data();
     const auto k = unifl_gpu::parse_pub(kb);
-    rows(m, "m", k.Ln);
-    rows(r, "r", k.Ln);
+    Limbs m = arr(m_, "paillier_encrypt", "m", {kAny, k.Ln});
     const long long n = m.shape(0);
-    need(r.shape(0) == n, "m and r differ in length");
+    Limbs r = arr(r_, "paillier_encrypt", "r", {n, k.Ln});
     Limbs out({(py::ssize_t)n, (py::ssize_t)k.n2.L});
     {
         py::gil_scoped_release nogil;
@@ -183,10 +293,12 @@ Limbs paillier_encrypt(Limbs pub, Limbs m, Limbs r, bool soa, int threads) {
     return out;
 }
 
-Limbs paillier_decrypt(Limbs priv, Limbs c, bool soa, int threads) {
+Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads) {
+    check_priv_blob(priv_, "paillier_decrypt");
+    Limbs priv = arr(priv_, "paillier_decrypt", "key", {kAny});
     const u64 *kb = priv.data();
     const auto k = unifl_gpu::parse_priv(kb);
-    rows(c, "c", k.L2);
+    Limbs c = arr(c_, "paillier_decrypt", "c", {kAny, k.L2});
     const long long n = c.shape(0);
     Limbs out({(py::ssize_t)n, (py::ssize_t)k.Ln});
     {

@@ -111,6 +111,9 @@ UNIFL_HD PrivKey parse_priv(const u64 *p) {
     return k;
 }
 
+// Largest limb count of any number in a key blob (the 8192-bit class).
+constexpr int MAX_BLOB_LIMBS = 128;
+
 // Smallest instantiated capacity >= L limbs (0 when L exceeds 8192 bits).
 UNIFL_HD int lmax_class(int L) {
     return L <= 16 ? 16 : L <= 32 ? 32 : L <= 48 ? 48 : L <= 64 ? 64 : L <= 96 ? 96 : L <= 128 ? 128 : 0;
@@ -240,22 +243,35 @@ UNIFL_HD void body_prod_round(long long i, const u64 *key, u64 *scratch, Lay lay
 // One CRT half of decryption: res = L_s(c^(s−1) mod s²)·h_s mod s, where the caller's `hconst`
 // chooses the output form (h·Rs² mod s: Montgomery form; h·Rs mod s: plain).  L_s(x) = (x − 1)/s is
 // an exact division, done as a multiplication by s^-1 mod 2^(64·Ls).
+// Returns false when c is not a unit modulo s: for a unit, Fermat gives x = c^(s−1) mod s² ≡ 1
+// (mod s); otherwise (x = 0 included: c a multiple of s) L_s(x) would be a value that factors n.
+// The check: y = (x − 1)·s^-1 mod 2^(64·Ls) times s must give back x − 1 over all 2·Ls limbs
+// (exact iff s divides x − 1; 2·Ls <= LMAX since s² < 2^(64·sq.L) and the classes are even).
 template <int LMAX, class Load>
-UNIFL_HD void crt_half(u64 *res, Load load_c, const ModCtx &sq, const ModCtx &s, int K, const u64 *W,
+UNIFL_HD bool crt_half(u64 *res, Load load_c, const ModCtx &sq, const ModCtx &s, int K, const u64 *W,
                        const u64 *e, int Le, const u64 *inv, const u64 *hconst) {
     u64 x[LMAX], y[LMAX];
     reduce_wide<LMAX>(x, load_c, K, W, sq);           // c·Rs² mod s²
     mont_exp<LMAX>(x, x, e, Le, sq);
-    from_mont<LMAX>(x, x, sq);                        // c^(s−1) mod s², ≡ 1 mod s
+    from_mont<LMAX>(x, x, sq);                        // c^(s−1) mod s², ≡ 1 mod s for a unit
+    u64 nonzero = 0;
+    for (int j = 0; j < sq.L; ++j) nonzero |= x[j];
     for (int j = 0; j < sq.L; ++j) {                  // − 1
         if (x[j]-- != 0) break;
     }
-    mul_low(y, s.L, x, sq.L, inv, s.L);               // (x − 1)/s < s
+    mul_low(y, s.L, x, sq.L, inv, s.L);               // (x − 1)/s < s, when exact
+    u64 diff = 0;
+    {
+        u64 z[LMAX];
+        mul_low(z, 2 * s.L, y, s.L, s.m, s.L);        // y·s, the full product
+        for (int j = 0; j < 2 * s.L; ++j) diff |= z[j] ^ (j < sq.L ? x[j] : 0);
+    }
     mm<LMAX>(res, y, hconst, s);
+    return nonzero != 0 && diff == 0;
 }
 
 // CRT decryption: m_i from c̄_i (Montgomery form mod n², L2 limbs, lay_2) into Ln limbs (lay_n):
-// m = m_q + q·((m_p − m_q)·q^-1 mod p).
+// m = m_q + q·((m_p − m_q)·q^-1 mod p); the all-ones row for a c̄_i that is not a unit mod n².
 template <int LMAX>
 UNIFL_HD void body_paillier_decrypt(long long i, const u64 *key, u64 *out, Lay lay_n, const u64 *c,
                                     Lay lay_2) {
@@ -263,8 +279,8 @@ UNIFL_HD void body_paillier_decrypt(long long i, const u64 *key, u64 *out, Lay l
     const int L2 = k.L2;
     auto load_c = [&](int j) -> u64 { return j < L2 ? c[i * lay_2.se + j * lay_2.sl] : 0; };
     u64 mp[LMAX], mq[LMAX], t[LMAX], h[LMAX];
-    crt_half<LMAX>(mp, load_c, k.p2, k.p, k.Kp, k.Wp, k.pm1, k.Lep, k.pinv, k.hpR2);   // m_p·Rp
-    crt_half<LMAX>(mq, load_c, k.q2, k.q, k.Kq, k.Wq, k.qm1, k.Leq, k.qinv_w, k.hqR);  // m_q
+    bool unit = crt_half<LMAX>(mp, load_c, k.p2, k.p, k.Kp, k.Wp, k.pm1, k.Lep, k.pinv, k.hpR2);  // m_p·Rp
+    unit = crt_half<LMAX>(mq, load_c, k.q2, k.q, k.Kq, k.Wq, k.qm1, k.Leq, k.qinv_w, k.hqR) && unit;  // m_q
     const int Lq = k.q.L;
     auto load_mq = [&](int j) -> u64 { return j < Lq ? mq[j] : 0; };
     reduce_wide<LMAX>(t, load_mq, k.Kpq, k.Wpq, k.p);    // m_q·Rp mod p
@@ -280,6 +296,10 @@ UNIFL_HD void body_paillier_decrypt(long long i, const u64 *key, u64 *out, Lay l
         carry = c1 | (s < a);
         t[j] = s;
     }
+    // not a unit: the all-ones sentinel row (no plaintext m < n < 2^(64·Ln) equals it); the host
+    // code that launched the kernel raises on it
+    if (!unit)
+        for (int j = 0; j < k.Ln; ++j) t[j] = ~u64(0);
     store(out, t, lay_n, i, k.Ln);
 }
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -251,14 +252,94 @@ size_t min_chunk_for(int limbs, int mults) {
     return std::max<size_t>(1, size_t(100000.0 / ns));
 }
 
+// ---------------------------------------------------------------- argument checks
+// Every array that arrives from Python is checked here, before any pointer into it is taken: exact
+// dtype uint64 in native byte order, C-contiguous, aligned, the number of dimensions, and each
+// dimension against what the op reads (rows = the batch size or 1 where a shared row is part of the
+// contract; limbs = the modulus' limb count).  Nothing is cast or copied silently: a float or int64
+// array would be truncated/wrapped into different numbers, and a wrong row or limb count would make
+// the loops below read past a buffer.  std::invalid_argument reaches Python as ValueError.
+constexpr py::ssize_t kAny = -1;
+
+std::string shape_of(const py::array &a) {
+    std::string s = "(";
+    for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+        if (d) s += ", ";
+        s += std::to_string(a.shape(d));
+    }
+    return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+[[noreturn]] void bad_arg(const char *fn, const char *name, const std::string &what) {
+    throw std::invalid_argument(std::string(fn) + ": argument '" + name + "' " + what);
+}
+
+template <class T>
+void check_layout(const py::array &a, const char *fn, const char *name, const char *tname) {
+    if (!a.dtype().equal(py::dtype::of<T>()))
+        bad_arg(fn, name, std::string("must be a ") + tname + " array (native byte order), got dtype " +
+                              std::string(py::str(a.dtype())));
+    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
+        bad_arg(fn, name, "must be C-contiguous (np.ascontiguousarray), got a strided view of shape " +
+                              shape_of(a));
+    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_)) bad_arg(fn, name, "must be aligned");
+}
+
+// dims: the expected size of each dimension, kAny for any; one_ok: the first dimension may also be 1
+Limbs limbs_arg(const py::array &a, const char *fn, const char *name, std::vector<py::ssize_t> dims,
+                bool one_ok = false) {
+    check_layout<u64>(a, fn, name, "uint64");
+    auto want = [&]() {
+        std::string s = "(";
+        for (size_t d = 0; d < dims.size(); ++d) {
+            if (d) s += ", ";
+            if (d == 0 && one_ok) s += "1|";
+            s += dims[d] != kAny ? std::to_string(dims[d]) : d == 0 ? "N" : d + 1 == dims.size() ? "Le" : "*";
+        }
+        return s + (dims.size() == 1 ? ",)" : ")");
+    };
+    if (a.ndim() != py::ssize_t(dims.size()))
+        bad_arg(fn, name, "must have shape " + want() + ", got " + std::to_string(a.ndim()) +
+                              "-D shape " + shape_of(a));
+    for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d] == kAny || a.shape(d) == dims[d]) continue;
+        if (d == 0 && one_ok && a.shape(0) == 1) continue;
+        bad_arg(fn, name, "must have shape " + want() + ", got " + shape_of(a));
+    }
+    return Limbs::ensure(a);  // dtype and layout match: a view, no copy
+}
+
+int threads_arg(int threads, const char *fn) {
+    if (threads < 1 || threads > 4096)
+        throw std::invalid_argument(std::string(fn) + ": threads must be in [1, 4096], got " +
+                                    std::to_string(threads));
+    return threads;
+}
+
+// Exponent limb count: the loops read Le limbs per exponent; an empty exponent row is refused.
+int exp_limbs_arg(const Limbs &e, const char *fn, const char *name) {
+    py::ssize_t le = e.shape(e.ndim() - 1);
+    if (le < 1 || le > 1024) bad_arg(fn, name, "must have 1..1024 limbs per exponent, got " + std::to_string(le));
+    return int(le);
+}
+
 // ---------------------------------------------------------------- one modulus
 struct Modulus {
     int limbs;
     Bn m, rr, one_mont;  // m, R^2 mod m, R mod m
     BN_MONT_CTX *mont;
-    explicit Modulus(Limbs m_limbs) : limbs(int(m_limbs.shape(0))), mont(BN_MONT_CTX_new()) {
+    explicit Modulus(py::array m_arr) : limbs(0), mont(nullptr) {
+        Limbs m_limbs = limbs_arg(m_arr, "Modulus", "m", {kAny});
+        py::ssize_t L = m_limbs.shape(0);
+        if (L < 1 || L > 256) bad_arg("Modulus", "m", "must have 1..256 limbs, got " + std::to_string(L));
+        const u64 *pm = m_limbs.data();
+        if (pm[L - 1] == 0) bad_arg("Modulus", "m", "has a zero top limb (limb count must be ceil(bits/64))");
+        if (!(pm[0] & 1)) bad_arg("Modulus", "m", "must be odd (Montgomery arithmetic)");
+        if (L == 1 && pm[0] < 3) bad_arg("Modulus", "m", "must be > 2");
+        limbs = int(L);
+        mont = BN_MONT_CTX_new();
         if (!mont) throw std::bad_alloc();
-        load(m, m_limbs.data(), limbs);
+        load(m, pm, limbs);
         Ctx ctx;
         ok(BN_MONT_CTX_set(mont, m, ctx), "BN_MONT_CTX_set");
         Bn one;
@@ -343,19 +424,15 @@ void mont_pow(const Modulus &M, BIGNUM *r, const BIGNUM *x, const Exponent &e, B
     }
 }
 
-void check2(const Limbs &a, int limbs, const char *name) {
-    if (a.ndim() != 2 || a.shape(1) != limbs)
-        throw std::invalid_argument(std::string(name) + ": bad limb array shape");
-}
-
 Limbs new_out(py::ssize_t n, int limbs) { return Limbs({n, py::ssize_t(limbs)}); }
 
 // ---------------------------------------------------------------- base_op / mod_op batches
-Limbs mont_mul(const Modulus &M, Limbs a, Limbs b, int threads) {
+Limbs mont_mul(const Modulus &M, py::array a_, py::array b_, int threads) {
     int L = M.limbs;
-    check2(a, L, "a"); check2(b, L, "b");
+    threads_arg(threads, "mont_mul");
+    Limbs a = limbs_arg(a_, "mont_mul", "a", {kAny, L});
     py::ssize_t n = a.shape(0);
-    if (b.shape(0) != n) throw std::invalid_argument("mont_mul: batch sizes differ");
+    Limbs b = limbs_arg(b_, "mont_mul", "b", {n, L});
     Limbs out = new_out(n, L);
     const u64 *pa = a.data(), *pb = b.data();
     u64 *po = out.mutable_data();
@@ -374,10 +451,12 @@ Limbs mont_mul(const Modulus &M, Limbs a, Limbs b, int threads) {
     return out;
 }
 
-Limbs mod_mul(const Modulus &M, Limbs a, Limbs b, int threads) {
+Limbs mod_mul(const Modulus &M, py::array a_, py::array b_, int threads) {
     int L = M.limbs;
-    check2(a, L, "a"); check2(b, L, "b");
+    threads_arg(threads, "mod_mul");
+    Limbs a = limbs_arg(a_, "mod_mul", "a", {kAny, L});
     py::ssize_t n = a.shape(0);
+    Limbs b = limbs_arg(b_, "mod_mul", "b", {n, L});
     Limbs out = new_out(n, L);
     const u64 *pa = a.data(), *pb = b.data();
     u64 *po = out.mutable_data();
@@ -403,9 +482,10 @@ Limbs mod_mul(const Modulus &M, Limbs a, Limbs b, int threads) {
 // extended gcd each.  Measured at a 4096-bit modulus (Paillier n² of a 2048-bit key), one thread:
 // gmpy2.invert on the host ~33 µs per element plus two limb conversions, against ~3 × 4.9 µs here.
 // An element sharing a factor with m makes the share's product non-invertible: std::domain_error.
-Limbs mont_inverse(const Modulus &M, Limbs a, int threads) {
+Limbs mont_inverse(const Modulus &M, py::array a_, int threads) {
     int L = M.limbs;
-    check2(a, L, "a");
+    threads_arg(threads, "mont_inverse");
+    Limbs a = limbs_arg(a_, "mont_inverse", "a", {kAny, L});
     size_t n = size_t(a.shape(0));
     Limbs out = new_out(py::ssize_t(n), L);
     const u64 *pa = a.data();
@@ -443,13 +523,14 @@ Limbs mont_inverse(const Modulus &M, Limbs a, int threads) {
 }
 
 // exps: (N|1, Le).  mont=true: bases and results in Montgomery form.
-Limbs exp_batch(const Modulus &M, Limbs base, Limbs exps, bool mont, int threads) {
+Limbs exp_batch(const Modulus &M, py::array base_, py::array exps_, bool mont, int threads) {
     int L = M.limbs;
-    check2(base, L, "base");
+    const char *fn = mont ? "mont_exp" : "mod_exp";
+    threads_arg(threads, fn);
+    Limbs base = limbs_arg(base_, fn, "base", {kAny, L});
     py::ssize_t n = base.shape(0);
-    if (exps.ndim() != 2 || (exps.shape(0) != 1 && exps.shape(0) != n))
-        throw std::invalid_argument("exponents must be (1|N, Le)");
-    int le = int(exps.shape(1));
+    Limbs exps = limbs_arg(exps_, fn, "exps", {n, kAny}, true);
+    int le = exp_limbs_arg(exps, fn, "exps");
     bool shared = exps.shape(0) == 1;
     Limbs out = new_out(n, L);
     const u64 *pb = base.data(), *pe = exps.data();
@@ -472,16 +553,49 @@ Limbs exp_batch(const Modulus &M, Limbs base, Limbs exps, bool mont, int threads
     return out;
 }
 
+// base^e mod m for SECRET exponents (and bases), plain in and out: OpenSSL's
+// BN_mod_exp_mont_consttime per element.  Its window schedule is fixed, its table lookups read every
+// entry under a mask (no secret-dependent addresses) and its Montgomery multiplications have no
+// secret-dependent branch, so its time depends on the limb counts of m and e only, not on their
+// values.  The sliding-window mont_pow above skips zero bits and picks table entries by exponent
+// digits: fast, but its timing follows the exponent, which is right for public exponents only.
+// Used for the CRT decryption exponents p−1, q−1, RSA's dp, dq and the key owner's obfuscators.
+Limbs exp_secret(const Modulus &M, py::array base_, py::array exps_, int threads) {
+    int L = M.limbs;
+    threads_arg(threads, "mod_exp_secret");
+    Limbs base = limbs_arg(base_, "mod_exp_secret", "base", {kAny, L});
+    py::ssize_t n = base.shape(0);
+    Limbs exps = limbs_arg(exps_, "mod_exp_secret", "exps", {n, kAny}, true);
+    int le = exp_limbs_arg(exps, "mod_exp_secret", "exps");
+    bool shared = exps.shape(0) == 1;
+    Limbs out = new_out(n, L);
+    const u64 *pb = base.data(), *pe = exps.data();
+    u64 *po = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        parallel_for(size_t(n), threads, 1, [&](size_t s, size_t e) {
+            Ctx ctx; Bn x, ex, r;
+            if (shared) load(ex, pe, le);
+            for (size_t i = s; i < e; ++i) {
+                if (!shared) load(ex, pe + i * le, le);
+                load(x, pb + i * L, L);
+                ok(BN_mod_exp_mont_consttime(r, x, ex, M.m, ctx, M.mont), "BN_mod_exp_mont_consttime");
+                store(r, po + i * L, L);
+            }
+        });
+    }
+    return out;
+}
+
 // Pippenger's bucket method for out[k] = prod_i base_i^e[k,i] (Montgomery form).  Work is split into
 // (row, slice of bases) tasks so that even one row uses every thread; slices are multiplied at the end.
-Limbs multi_exp(const Modulus &M, Limbs bases, py::array_t<u64, py::array::c_style | py::array::forcecast> exps,
-                int threads) {
+Limbs multi_exp(const Modulus &M, py::array bases_, py::array exps_, int threads) {
     int L = M.limbs;
-    check2(bases, L, "bases");
-    if (exps.ndim() != 3 || exps.shape(1) != bases.shape(0))
-        throw std::invalid_argument("exponents must be (K, N, Le)");
+    threads_arg(threads, "mont_multi_exp");
+    Limbs bases = limbs_arg(bases_, "mont_multi_exp", "bases", {kAny, L});
+    Limbs exps = limbs_arg(exps_, "mont_multi_exp", "exps", {kAny, bases.shape(0), kAny});
     size_t K = exps.shape(0), N = exps.shape(1);
-    int le = int(exps.shape(2));
+    int le = exp_limbs_arg(exps, "mont_multi_exp", "exps");
     const u64 *pb = bases.data(), *pe = exps.data();
     Limbs out = new_out(py::ssize_t(K), L);
     u64 *po = out.mutable_data();
@@ -558,12 +672,18 @@ Limbs multi_exp(const Modulus &M, Limbs bases, py::array_t<u64, py::array::c_sty
     return out;
 }
 
-Limbs prod_groups(const Modulus &M, Limbs a, py::array_t<int64_t, py::array::c_style | py::array::forcecast> groups,
-                  int64_t G, int threads) {
+Limbs prod_groups(const Modulus &M, py::array a_, py::array groups_, int64_t G, int threads) {
     int L = M.limbs;
-    check2(a, L, "a");
+    threads_arg(threads, "mont_prod_groups");
+    Limbs a = limbs_arg(a_, "mont_prod_groups", "a", {kAny, L});
     size_t n = a.shape(0);
-    if (size_t(groups.size()) != n) throw std::invalid_argument("one group id per row");
+    check_layout<int64_t>(groups_, "mont_prod_groups", "groups", "int64");
+    if (groups_.ndim() != 1 || size_t(groups_.shape(0)) != n)
+        bad_arg("mont_prod_groups", "groups", "must have shape (" + std::to_string(n) + ",), got " +
+                                                  shape_of(groups_));
+    if (G < 0 || G > (int64_t(1) << 32))
+        throw std::invalid_argument("mont_prod_groups: group count out of range: " + std::to_string(G));
+    auto groups = py::array_t<int64_t, py::array::c_style>::ensure(groups_);
     const u64 *pa = a.data();
     const int64_t *pg = groups.data();
     for (size_t i = 0; i < n; ++i)
@@ -608,12 +728,33 @@ struct PaillierPublic {
     std::shared_ptr<Modulus> nsq;
     int n_limbs;
     Bn n;
-    // fixed-base (DJN) table: tab[j·(2^w-1) + d-1] = hs^(d·2^(w·j)) in Montgomery form
-    int w = 0, nwin = 0;
-    std::vector<Bn> tab;
 
-    PaillierPublic(std::shared_ptr<Modulus> nsq_, Limbs n_limbs_) : nsq(std::move(nsq_)), n_limbs(int(n_limbs_.shape(0))) {
+    // fixed-base (DJN) comb table: tab[j·(2^w-1) + d-1] = hs^(d·2^(w·j)) in Montgomery form.  Built
+    // whole, then published as an immutable snapshot: an encryption takes a reference to the current
+    // snapshot, so setting a new table while another thread encrypts never frees or changes the
+    // entries that thread reads.  (The Python side holds the key's state_lock while it checks and
+    // builds, so one key's table is built once.)
+    struct FixedBaseTable {
+        int w = 0, nwin = 0;
+        std::vector<Bn> tab;
+    };
+    mutable std::mutex fb_mu;
+    std::shared_ptr<const FixedBaseTable> fb;
+
+    PaillierPublic(std::shared_ptr<Modulus> nsq_, py::array n_arr) : nsq(std::move(nsq_)), n_limbs(0) {
+        if (!nsq) throw std::invalid_argument("PaillierPublic: argument 'nsq' is None");
+        Limbs n_limbs_ = limbs_arg(n_arr, "PaillierPublic", "n", {kAny});
+        py::ssize_t Ln = n_limbs_.shape(0);
+        // n² has 2·Ln or 2·Ln − 1 limbs; anything else is the modulus of another key
+        if (Ln < 1 || (nsq->limbs != 2 * Ln && nsq->limbs != 2 * Ln - 1))
+            bad_arg("PaillierPublic", "n", "has " + std::to_string(Ln) + " limbs, but n² has " +
+                                               std::to_string(nsq->limbs));
+        n_limbs = int(Ln);
         load(n, n_limbs_.data(), n_limbs);
+        Ctx ctx;
+        Bn sq;
+        ok(BN_mul(sq, n, n, ctx), "mul");
+        if (BN_ucmp(sq, nsq->m) != 0) bad_arg("PaillierPublic", "n", "does not square to the modulus nsq");
     }
 
     // c̄ = (1 + m·n)·obf  where obf is r^n (Montgomery form) -- two MontMults:
@@ -625,9 +766,11 @@ struct PaillierPublic {
         nsq->mul(out, out, nsq->rr, ctx);
     }
 
-    Limbs encrypt(Limbs m, Limbs r, int threads) {
-        check2(m, n_limbs, "m"); check2(r, n_limbs, "r");
+    Limbs encrypt(py::array m_, py::array r_, int threads) {
+        threads_arg(threads, "PaillierPublic.encrypt");
+        Limbs m = limbs_arg(m_, "PaillierPublic.encrypt", "m", {kAny, n_limbs});
         size_t N = m.shape(0);
+        Limbs r = limbs_arg(r_, "PaillierPublic.encrypt", "r", {py::ssize_t(N), n_limbs});
         int L2 = nsq->limbs;
         Limbs out = new_out(py::ssize_t(N), L2);
         const u64 *pm = m.data(), *pr = r.data();
@@ -649,42 +792,61 @@ struct PaillierPublic {
         return out;
     }
 
-    void set_fixed_base(Limbs hs_mont, int exp_bits, int window, int threads) {
+    void set_fixed_base(py::array hs_arr, int exp_bits, int window, int threads) {
+        const char *fn = "PaillierPublic.set_fixed_base";
+        threads_arg(threads, fn);
+        Limbs hs_mont = limbs_arg(hs_arr, fn, "hs_mont", {nsq->limbs});
         if (window < 1 || window > 16) throw std::invalid_argument("window must be in [1, 16]");
-        w = window;
-        nwin = (exp_bits + w - 1) / w;
-        size_t per = (size_t(1) << w) - 1;
-        std::vector<Bn> t(size_t(nwin) * per);
+        if (exp_bits < 1 || exp_bits > 64 * nsq->limbs)
+            throw std::invalid_argument(std::string(fn) + ": exp_bits must be in [1, " +
+                                        std::to_string(64 * nsq->limbs) + "], got " + std::to_string(exp_bits));
+        auto t = std::make_shared<FixedBaseTable>();
+        t->w = window;
+        t->nwin = (exp_bits + window - 1) / window;
+        size_t per = (size_t(1) << window) - 1;
+        int nwin = t->nwin;
+        t->tab = std::vector<Bn>(size_t(nwin) * per);
+        std::vector<Bn> &tab = t->tab;
         {
             py::gil_scoped_release nogil;
             // the window bases hs^(2^(w·j)) by w squarings each (sequential, nwin·w ~ exp_bits
             // squarings), then the (2^w − 2) multiples of every window on the thread pool
             Ctx ctx;
-            load(t[0], hs_mont.data(), nsq->limbs);
+            load(tab[0], hs_mont.data(), nsq->limbs);
             for (int j = 1; j < nwin; ++j) {
-                nsq->mul(t[j * per], t[(j - 1) * per], t[(j - 1) * per], ctx);
-                for (int q = 1; q < w; ++q) nsq->mul(t[j * per], t[j * per], t[j * per], ctx);
+                nsq->mul(tab[j * per], tab[(j - 1) * per], tab[(j - 1) * per], ctx);
+                for (int q = 1; q < window; ++q) nsq->mul(tab[j * per], tab[j * per], tab[j * per], ctx);
             }
             parallel_for(size_t(nwin), threads, 1, [&](size_t s, size_t e) {
                 Ctx c2;
                 for (size_t j = s; j < e; ++j)
                     for (size_t d = 1; d < per; ++d)
-                        nsq->mul(t[j * per + d], t[j * per + d - 1], t[j * per], c2);
+                        nsq->mul(tab[j * per + d], tab[j * per + d - 1], tab[j * per], c2);
             });
         }
-        tab = std::move(t);
+        std::lock_guard<std::mutex> g(fb_mu);
+        fb = std::move(t);
     }
 
-    Limbs encrypt_fixed_base(Limbs m, Limbs a, int threads) {
-        if (tab.empty()) throw std::logic_error("fixed-base table not set");
-        check2(m, n_limbs, "m");
+    Limbs encrypt_fixed_base(py::array m_, py::array a_, int threads) {
+        const char *fn = "PaillierPublic.encrypt_fixed_base";
+        threads_arg(threads, fn);
+        std::shared_ptr<const FixedBaseTable> t;
+        {
+            std::lock_guard<std::mutex> g(fb_mu);
+            t = fb;
+        }
+        if (!t) throw std::logic_error("fixed-base table not set");
+        Limbs m = limbs_arg(m_, fn, "m", {kAny, n_limbs});
         size_t N = m.shape(0);
-        if (a.ndim() != 2 || size_t(a.shape(0)) != N) throw std::invalid_argument("a: bad shape");
-        int la = int(a.shape(1));
+        Limbs a = limbs_arg(a_, fn, "a", {py::ssize_t(N), kAny});
+        int la = exp_limbs_arg(a, fn, "a");
         int L2 = nsq->limbs;
         Limbs out = new_out(py::ssize_t(N), L2);
         const u64 *pm = m.data(), *pa = a.data();
         u64 *po = out.mutable_data();
+        const int w = t->w, nwin = t->nwin;
+        const std::vector<Bn> &tab = t->tab;
         size_t per = (size_t(1) << w) - 1;
         {
             py::gil_scoped_release nogil;
@@ -697,8 +859,8 @@ struct PaillierPublic {
                     for (int j = 0; j < nwin; ++j) {
                         u64 d = ex.digit(j * w, w);
                         if (!d) continue;
-                        const Bn &t = tab[j * per + d - 1];
-                        if (set) nsq->mul(acc, acc, t, ctx); else { BN_copy(acc, t); set = true; }
+                        const Bn &te = tab[j * per + d - 1];
+                        if (set) nsq->mul(acc, acc, te, ctx); else { BN_copy(acc, te); set = true; }
                     }
                     if (!set) BN_copy(acc, nsq->one_mont);
                     load(x, pm + i * n_limbs, n_limbs);
@@ -720,42 +882,75 @@ struct PaillierPrivate {
     Bn p, q, pm1, qm1, hp, hq, qinv;
 
     PaillierPrivate(std::shared_ptr<PaillierPublic> pub_, std::shared_ptr<Modulus> psq_,
-                    std::shared_ptr<Modulus> qsq_, Limbs p_, Limbs q_, Limbs hp_, Limbs hq_, Limbs qinv_)
-        : pub(std::move(pub_)), psq(std::move(psq_)), qsq(std::move(qsq_)), n_limbs(pub->n_limbs) {
-        load(p, p_.data(), int(p_.shape(0)));
-        load(q, q_.data(), int(q_.shape(0)));
-        load(hp, hp_.data(), int(hp_.shape(0)));
-        load(hq, hq_.data(), int(hq_.shape(0)));
-        load(qinv, qinv_.data(), int(qinv_.shape(0)));
+                    std::shared_ptr<Modulus> qsq_, py::array p_, py::array q_, py::array hp_, py::array hq_,
+                    py::array qinv_)
+        : pub(std::move(pub_)), psq(std::move(psq_)), qsq(std::move(qsq_)), n_limbs(0) {
+        const char *fn = "PaillierPrivate";
+        if (!pub || !psq || !qsq) throw std::invalid_argument("PaillierPrivate: a key part is None");
+        n_limbs = pub->n_limbs;
+        // each constant is at most n's width; the products below tie them to the moduli
+        const char *names[5] = {"p", "q", "hp", "hq", "qinv"};
+        py::array *arrs[5] = {&p_, &q_, &hp_, &hq_, &qinv_};
+        BIGNUM *dst[5] = {p, q, hp, hq, qinv};
+        for (int k = 0; k < 5; ++k) {
+            Limbs v = limbs_arg(*arrs[k], fn, names[k], {kAny});
+            if (v.shape(0) < 1 || v.shape(0) > n_limbs)
+                bad_arg(fn, names[k], "must have 1.." + std::to_string(n_limbs) + " limbs, got " +
+                                          std::to_string(v.shape(0)));
+            load(dst[k], v.data(), int(v.shape(0)));
+        }
+        Ctx ctx;
+        Bn t;
+        ok(BN_mul(t, p, p, ctx), "mul");
+        if (BN_ucmp(t, psq->m) != 0) bad_arg(fn, "p", "does not square to the modulus psq");
+        ok(BN_mul(t, q, q, ctx), "mul");
+        if (BN_ucmp(t, qsq->m) != 0) bad_arg(fn, "q", "does not square to the modulus qsq");
+        ok(BN_mul(t, p, q, ctx), "mul");
+        if (BN_ucmp(t, pub->n) != 0) bad_arg(fn, "p", "times q is not the public key's n");
+        if (BN_ucmp(hp, p) >= 0 || BN_ucmp(hq, q) >= 0 || BN_ucmp(qinv, p) >= 0)
+            throw std::invalid_argument("PaillierPrivate: hp, hq, qinv must be reduced mod p, q, p");
         BN_copy(pm1, p); ok(BN_sub_word(pm1, 1), "sub");
         BN_copy(qm1, q); ok(BN_sub_word(qm1, 1), "sub");
     }
 
-    void half(BIGNUM *out, const BIGNUM *c, const Modulus &M, const BIGNUM *pr, const BIGNUM *pr1,
-              const BIGNUM *h, BN_CTX *ctx, BIGNUM *t) const {
+    // One CRT half; false when c is not a unit modulo the prime pr.  For a unit c, Fermat gives
+    // x = c^(pr−1) mod pr² ≡ 1 (mod pr).  Anything else (x = 0 included: c a multiple of pr) means c
+    // shares the factor pr with n, and L(x) of it would be a value that factors n: refused.
+    bool half(BIGNUM *out, const BIGNUM *c, const Modulus &M, const BIGNUM *pr, const BIGNUM *pr1,
+              const BIGNUM *h, BN_CTX *ctx, BIGNUM *t, BIGNUM *rem) const {
         ok(BN_nnmod(t, c, M.m, ctx), "nnmod");
         ok(BN_mod_exp_mont_consttime(t, t, pr1, M.m, ctx, M.mont), "mod_exp_consttime");
+        if (BN_is_zero(t)) return false;
         ok(BN_sub_word(t, 1), "sub_word");
-        ok(BN_div(t, nullptr, t, pr, ctx), "div");      // L(x) = (x − 1) / p, exact
+        ok(BN_div(t, rem, t, pr, ctx), "div");          // L(x) = (x − 1) / p, exact for a unit
+        if (!BN_is_zero(rem)) return false;
         ok(BN_mod_mul(out, t, h, pr, ctx), "mod_mul");
+        return true;
     }
 
-    Limbs decrypt(Limbs c_mont, int threads) {
+    Limbs decrypt(py::array c_arr, int threads) {
         const Modulus &NS = *pub->nsq;
-        check2(c_mont, NS.limbs, "c");
+        threads_arg(threads, "PaillierPrivate.decrypt");
+        Limbs c_mont = limbs_arg(c_arr, "PaillierPrivate.decrypt", "c", {kAny, NS.limbs});
         size_t N = c_mont.shape(0);
         Limbs out = new_out(py::ssize_t(N), n_limbs);
         const u64 *pc = c_mont.data();
         u64 *po = out.mutable_data();
+        std::vector<char> bad(N, 0);
         {
             py::gil_scoped_release nogil;
             parallel_for(N, threads, 1, [&](size_t s, size_t e) {
-                Ctx ctx; Bn c, mp, mq, t, r;
+                Ctx ctx; Bn c, mp, mq, t, r, rem;
                 for (size_t i = s; i < e; ++i) {
                     load(c, pc + i * NS.limbs, NS.limbs);
                     ok(BN_from_montgomery(c, c, NS.mont, ctx), "from_montgomery");
-                    half(mp, c, *psq, p, pm1, hp, ctx, t);
-                    half(mq, c, *qsq, q, qm1, hq, ctx, t);
+                    bool good = half(mp, c, *psq, p, pm1, hp, ctx, t, rem);
+                    good = half(mq, c, *qsq, q, qm1, hq, ctx, t, rem) && good;
+                    if (!good) {
+                        bad[i] = 1;
+                        std::memset(po + i * n_limbs, 0, 8 * size_t(n_limbs));
+                        continue;
+                    }
                     ok(BN_mod_sub(t, mp, mq, p, ctx), "mod_sub");
                     ok(BN_mod_mul(t, t, qinv, p, ctx), "mod_mul");
                     ok(BN_mul(r, t, q, ctx), "mul");
@@ -763,6 +958,17 @@ struct PaillierPrivate {
                     store(r, po + i * n_limbs, n_limbs);
                 }
             });
+        }
+        auto first = std::find(bad.begin(), bad.end(), 1);
+        if (first != bad.end()) {
+            // the typed error of the SDK (a ValueError), raised here so that no caller of the
+            // extension can receive the degenerate halves
+            py::object err = py::module_::import("unifl.errors").attr("InvalidCiphertextError");
+            std::string msg = "ciphertext #" + std::to_string(first - bad.begin()) +
+                              " is not a unit mod n² (a CRT half of its decryption degenerates); "
+                              "refused, since decrypting it could reveal the key";
+            PyErr_SetString(err.ptr(), msg.c_str());
+            throw py::error_already_set();
         }
         return out;
     }
@@ -775,21 +981,22 @@ PYBIND11_MODULE(_native, mod) {
     g_direct = layout_self_check();
     mod.attr("direct_limb_transfer") = g_direct;
     mod.def("hardware_threads", &num_threads_default);
-    py::class_<Modulus, std::shared_ptr<Modulus>>(mod, "Modulus").def(py::init<Limbs>());
+    py::class_<Modulus, std::shared_ptr<Modulus>>(mod, "Modulus").def(py::init<py::array>());
     mod.def("mont_mul", &mont_mul);
     mod.def("mod_mul", &mod_mul);
-    mod.def("mod_exp", [](const Modulus &M, Limbs b, Limbs e, int t) { return exp_batch(M, b, e, false, t); });
-    mod.def("mont_exp", [](const Modulus &M, Limbs b, Limbs e, int t) { return exp_batch(M, b, e, true, t); });
+    mod.def("mod_exp", [](const Modulus &M, py::array b, py::array e, int t) { return exp_batch(M, b, e, false, t); });
+    mod.def("mont_exp", [](const Modulus &M, py::array b, py::array e, int t) { return exp_batch(M, b, e, true, t); });
+    mod.def("mod_exp_secret", &exp_secret);
     mod.def("mont_multi_exp", &multi_exp);
     mod.def("mont_prod_groups", &prod_groups);
     mod.def("mont_inverse", &mont_inverse);
     py::class_<PaillierPublic, std::shared_ptr<PaillierPublic>>(mod, "PaillierPublic")
-        .def(py::init<std::shared_ptr<Modulus>, Limbs>())
+        .def(py::init<std::shared_ptr<Modulus>, py::array>())
         .def("encrypt", &PaillierPublic::encrypt)
         .def("set_fixed_base", &PaillierPublic::set_fixed_base)
         .def("encrypt_fixed_base", &PaillierPublic::encrypt_fixed_base);
     py::class_<PaillierPrivate, std::shared_ptr<PaillierPrivate>>(mod, "PaillierPrivate")
         .def(py::init<std::shared_ptr<PaillierPublic>, std::shared_ptr<Modulus>, std::shared_ptr<Modulus>,
-                      Limbs, Limbs, Limbs, Limbs, Limbs>())
+                      py::array, py::array, py::array, py::array, py::array>())
         .def("decrypt", &PaillierPrivate::decrypt);
 }
