@@ -353,34 +353,3 @@ def test_unblind_refuses_out_of_range():
         pk.unblind([5], [0], backend="cpu")
     with pytest.raises(OperandError, match="blinding factor"):
         pk.unblind([5], [pk.n + 1], backend="cpu")
-
-
-# ----------------------------------------------------------------------- FATE kit objects
-def test_fate_kit_refuses_nonunit_ciphertexts():
-    """A peer's pickled EV (FATE ships ciphertexts pickled) holding k·p, given to the key owner's
-    decryptor and to the evaluator."""
-    pytest.importorskip("torch", reason="the FATE kit needs torch (FATE venv: make test-fate)")
-    from unifl.fate import kit, party
-
-    party.set_backend("cpu")
-    try:
-        sk, pk, coder = kit.keygen(1024)
-        honest = pk.encrypt_encoded(coder.encode_i64_vec(np.array([1, 2])), obfuscate=True)
-        bad = _nonunit(sk.key, "p")
-        limbs = honest.limbs.copy()
-        limbs[1] = pk.ctx.to_limbs([bad])[0]
-        # what arrives: the EV's own reduce (bytes), as FATE's pickling rebuilds it
-        fn, args = kit.EV(limbs, honest.exps).__reduce__()
-        received = fn(*args)
-        with pytest.raises(InvalidCiphertextError, match="#1"):
-            sk.decrypt_to_encoded(received)
-        with pytest.raises(InvalidCiphertextError, match="#1"):
-            kit.evaluator.add(fn(*args), honest, pk)
-        sliced = fn(*args).slice(1, 1)
-        with pytest.raises(InvalidCiphertextError, match="#0"):
-            kit.evaluator.mul_plain_scalar(sliced, 3, pk, coder)
-        # honest pickled ciphertexts still decrypt
-        fn, args = honest.__reduce__()
-        assert sk.decrypt_to_encoded(fn(*args)).signed() == [1, 2]
-    finally:
-        party.set_backend(None)

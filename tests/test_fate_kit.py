@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from fate.arch.protocol.phe import paillier as ref  # noqa: E402
 
+from unifl.errors import InvalidCiphertextError  # noqa: E402
 from unifl.fate import kit, party, register  # noqa: E402
 
 BACKENDS = ["cpu", "native"]
@@ -225,3 +226,31 @@ def test_components_are_fate_builtins_under_unifl_names():
     assert [s.name for s in components.unifl_hetero_secureboost.stage_components] == \
         [s.name for s in hetero_secureboost.hetero_secureboost.stage_components]
     assert coordinated_lr.coordinated_lr.name == "coordinated_lr"   # the built-in is untouched
+
+
+# ----------------------------------------------------------------------- FATE kit objects
+def test_fate_kit_refuses_nonunit_ciphertexts():
+    """A peer's pickled EV (FATE ships ciphertexts pickled) holding k·p, given to the key owner's
+    decryptor and to the evaluator."""
+    party.set_backend("cpu")
+    try:
+        sk, pk, coder = kit.keygen(1024)
+        honest = pk.encrypt_encoded(coder.encode_i64_vec(np.array([1, 2])), obfuscate=True)
+        bad = sk.key.p * 7  # shares p with n: decrypting it on the CRT path would factor n
+        limbs = honest.limbs.copy()
+        limbs[1] = pk.ctx.to_limbs([bad])[0]
+        # what arrives: the EV's own reduce (bytes), as FATE's pickling rebuilds it
+        fn, args = kit.EV(limbs, honest.exps).__reduce__()
+        received = fn(*args)
+        with pytest.raises(InvalidCiphertextError, match="#1"):
+            sk.decrypt_to_encoded(received)
+        with pytest.raises(InvalidCiphertextError, match="#1"):
+            kit.evaluator.add(fn(*args), honest, pk)
+        sliced = fn(*args).slice(1, 1)
+        with pytest.raises(InvalidCiphertextError, match="#0"):
+            kit.evaluator.mul_plain_scalar(sliced, 3, pk, coder)
+        # honest pickled ciphertexts still decrypt
+        fn, args = honest.__reduce__()
+        assert sk.decrypt_to_encoded(fn(*args)).signed() == [1, 2]
+    finally:
+        party.set_backend(None)
