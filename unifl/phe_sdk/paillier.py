@@ -36,7 +36,7 @@ from ..base_op import MontContext, from_limbs, mont_context, to_limbs
 from ..base_op.limbs import less_than
 from ..errors import InvalidCiphertextError, InvalidKeyError, OperandError, WeakKeyError
 from ._util import pad_limbs, resolve_backend
-from .primes import random_below, random_prime
+from .primes import check_prime_pair, random_below, random_prime
 
 DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
@@ -237,19 +237,7 @@ class PrivateKey:
 
     def __init__(self, p: int, q: int) -> None:
         p, q = int(p), int(q)
-        if p == q:
-            raise WeakKeyError("Paillier primes p and q must differ")
-        # size limits before any primality test: an oversize "prime" from outside costs nothing
-        for name, x in (("p", p), ("q", q)):
-            if x.bit_length() > MAX_KEY_BITS // 2:
-                raise WeakKeyError(f"Paillier factor {name} of {x.bit_length()} bits is above the "
-                                   f"maximum of {MAX_KEY_BITS // 2}")
-        if (p * q).bit_length() < MIN_KEY_BITS:
-            raise WeakKeyError(f"Paillier key of {(p * q).bit_length()} bits is below the minimum "
-                               f"of {MIN_KEY_BITS}; use {DEFAULT_KEY_BITS}")
-        for name, x in (("p", p), ("q", q)):
-            if x < 3 or not gmpy2.is_prime(x, 25):
-                raise WeakKeyError(f"Paillier factor {name} is not prime")
+        check_prime_pair(p, q, "Paillier", MIN_KEY_BITS, MAX_KEY_BITS)
         if q < p:  # python-paillier's convention: p is the smaller prime
             p, q = q, p
         self.public_key = PublicKey(p * q)

@@ -6,6 +6,8 @@ import secrets
 
 import gmpy2
 
+from ..errors import WeakKeyError
+
 
 def random_prime(bits: int) -> int:
     """A random prime of exactly ``bits`` bits with its top two bits set (so p·q has 2·bits bits).
@@ -36,3 +38,21 @@ def random_below(n: int, count: int) -> list[int]:
                 if len(out) == count:
                     break
     return out
+
+
+def check_prime_pair(p: int, q: int, scheme: str, min_bits: int, max_bits: int) -> None:
+    """Refuse the primes of a private key: equal, a factor above ``max_bits``/2 bits, a product below
+    ``min_bits`` bits (all checked first: an oversize "prime" from outside must cost nothing), or a
+    factor that is not prime.  Raises :class:`WeakKeyError` naming ``scheme`` and the factor."""
+    if p == q:
+        raise WeakKeyError(f"{scheme} primes p and q must differ")
+    for name, x in (("p", p), ("q", q)):
+        if x.bit_length() > max_bits // 2:
+            raise WeakKeyError(f"{scheme} factor {name} of {x.bit_length()} bits is above the "
+                               f"maximum of {max_bits // 2}")
+    if (p * q).bit_length() < min_bits:
+        raise WeakKeyError(f"{scheme} key of {(p * q).bit_length()} bits is below the minimum of "
+                           f"{min_bits}")
+    for name, x in (("p", p), ("q", q)):
+        if x < 3 or not gmpy2.is_prime(x, 25):
+            raise WeakKeyError(f"{scheme} factor {name} is not prime")

@@ -23,7 +23,7 @@ from .. import mod_op
 from ..base_op import from_limbs, mont_context
 from ..errors import OperandError, SignatureError, WeakKeyError
 from ._util import resolve_backend
-from .primes import random_below, random_prime
+from .primes import check_prime_pair, random_below, random_prime
 
 DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
@@ -130,19 +130,7 @@ class PrivateKey:
     def __init__(self, p: int, q: int, e: int = E) -> None:
         p, q, e = int(p), int(q), int(e)
         _check_exponent(e)
-        if p == q:
-            raise WeakKeyError("RSA primes p and q must differ")
-        # size limits before any primality test: an oversize "prime" from outside costs nothing
-        for name, x in (("p", p), ("q", q)):
-            if x.bit_length() > MAX_KEY_BITS // 2:
-                raise WeakKeyError(f"RSA factor {name} of {x.bit_length()} bits is above the "
-                                   f"maximum of {MAX_KEY_BITS // 2}")
-        if (p * q).bit_length() < MIN_KEY_BITS:
-            raise WeakKeyError(f"RSA modulus must be >= {MIN_KEY_BITS} bits "
-                               f"(got {(p * q).bit_length()} bits)")
-        for name, x in (("p", p), ("q", q)):
-            if not gmpy2.is_prime(x, 25):
-                raise WeakKeyError(f"RSA factor {name} is not prime")
+        check_prime_pair(p, q, "RSA", MIN_KEY_BITS, MAX_KEY_BITS)
         phi = (p - 1) * (q - 1)
         if math.gcd(e, phi) != 1:
             raise WeakKeyError("e is not invertible mod (p−1)(q−1)")
