@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
-                      TransportError)
+                      TransportError, WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
 from .channel import Channel
 from .data import PartyData, load_party
@@ -103,6 +103,10 @@ def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) 
         pk = channel.recv("guest", "hfl/pk")
         if not isinstance(pk, paillier.PublicKey):
             raise TransportError(f"hlr: expected the shared public key, got {type(pk).__name__}")
+        # the job's key size, not only the channel's floor (a party's key_bits may be lower)
+        if pk.n.bit_length() < int(job["key_bits"]):
+            raise WeakKeyError(f"hlr {role}: the guest's shared key has {pk.n.bit_length()} bits; "
+                               f"the job requires key_bits = {job['key_bits']}")
         sk = channel.recv_private_key("guest", "hfl/sk")
         if not isinstance(sk, paillier.PrivateKey) or sk.public_key != pk:
             raise KeyMismatchError("hlr: the shared private key does not match the public key")

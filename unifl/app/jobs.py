@@ -95,12 +95,15 @@ def run_local(job: dict, backend, *, data_dir: str | None = None, progress: bool
 
     job = validate_job(job)
     transports = local_transports(tuple(job["parties"]))
+    # every party holds received keys to the job's key size, as a party process holds them to its
+    # config's key_bits (the PSI key to rsa_bits where the job sets it)
+    floor = min(job["key_bits"], int(job["params"].get("rsa_bits", job["key_bits"])))
     results: dict[str, dict] = {}
     errors: dict[str, BaseException] = {}
 
     def party(role: str) -> None:
         be = (backends or {}).get(role, backend)
-        chan = Channel(transports[role], timeout, be)
+        chan = Channel(transports[role], timeout, be, min_key_bits=floor)
         try:
             results[role] = run_job(role, job, chan, be, data_dir=data_dir, progress=progress)
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread

@@ -526,6 +526,9 @@ class _RemoteHost:
         self.channel, self.sk, self.t, self.p, self.fh = channel, sk, t, p, n_host_features
         self.n = n_rows
         self.records: set[int] = set()   # the host's record ids this guest was given
+        #: this tree's quantised (ĝ, ĥ) of every row, set before the tree is grown: what the
+        #: decrypted histograms must add up to, node by node
+        self.gh: tuple[np.ndarray, np.ndarray] | None = None
 
     def histograms(self, tree, depth, node_local, n_active, want):
         tag = f"sbt/t{tree}/d{depth}"
@@ -538,14 +541,47 @@ class _RemoteHost:
         width = cell_bits(self.n)
         per = cells_per_ciphertext(pk, width)
         if not isinstance(enc, EncryptedArray) or enc.public_key != pk or \
-                enc.shape != (-(-cells // per),):
-            raise ProtocolViolation("host histograms have the wrong key or shape")
+                enc.shape != (-(-cells // per),) or enc.scale_bits != 0:
+            raise ProtocolViolation("host histograms have the wrong key, shape or scale")
         with self.t.subtask("SBT: decrypt histograms", "O2 dec"):
             with self.t.crypto():
                 vals = enc.decrypt(self.sk)
-        g, h = unpack_gh(split_cells(vals.tolist(), width, per)[:cells])
         shape = (self.fh, len(want), self.p.num_bins)
+        g, h = self._checked_cells(vals.tolist(), width, per, cells, node_local, want, shape)
         return np.stack([g.reshape(shape), h.reshape(shape)], axis=1)   # (F, 2, W, B)
+
+    def _checked_cells(self, vals, width, per, cells, node_local, want, shape):
+        """(Σĝ, Σĥ) of every histogram cell, after checking that the decryption is what honest
+        histograms of this guest's own [[ĝ + 2^64 ĥ]] decrypt to: each plaintext exactly ``per``
+        packed cells, the padding zero, every Σĥ >= 0, and for every host feature the bins of a
+        node adding up to that node's own (Σĝ, Σĥ).  Otherwise a host could return the guest's
+        ciphertexts themselves (or any combination of them) in place of histograms, and read the
+        gradients, i.e. the labels, back from the guest's split decisions."""
+        flat = split_cells(vals, width, per)
+        for k, v in enumerate(vals):
+            packed = 0
+            for c in reversed(flat[k * per:(k + 1) * per]):
+                packed = (packed << width) + c
+            if packed != v:
+                raise ProtocolViolation("host histograms: a plaintext holds more than the packed "
+                                        "cells (not a histogram of this guest's gradients)")
+        if any(flat[cells:]):
+            raise ProtocolViolation("host histograms: padding cells are not zero")
+        g, h = unpack_gh(flat[:cells])
+        g, h = g.reshape(shape), h.reshape(shape)
+        if (h < 0).any():
+            raise ProtocolViolation("host histograms: a hessian sum is negative")
+        if self.gh is not None:
+            gi, hi = self.gh
+            for j, node in enumerate(want):
+                rows = node_local == node
+                g_tot, h_tot = int(gi[rows].sum()), int(hi[rows].sum())
+                if (g[:, j, :].sum(axis=1) != g_tot).any() or \
+                        (h[:, j, :].sum(axis=1) != h_tot).any():
+                    raise ProtocolViolation(f"host histograms: the bins of node {int(node)} do "
+                                            "not add up to that node's gradient and hessian sums "
+                                            "for every feature")
+        return g, h
 
     def end_tree(self, tree):
         self.channel.send("host", f"sbt/t{tree}/level", None)
@@ -627,6 +663,7 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
     remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr))
 
     def encrypt_gh(k, gi, hi):
+        remote.gh = (gi, hi)
         with t.subtask("SBT: encrypt g, h", "O1 enc"):
             with t.crypto():
                 enc = EncryptedArray.encrypt(pk, pack_gh(gi, hi), backend=be, private_key=sk)

@@ -68,9 +68,22 @@ def _public_key(n: int) -> paillier.PublicKey:
         return key
 
 
+#: largest |scale| accepted from bytes (unpickling: another party's vector).  Encoding makes
+#: scales in [0, MAX_SCALE] and each product adds two, so honest chains stay far below; a scale
+#: from outside becomes a shift (2^d for the lift E(v)^(2^d), v << -e on decoding), so 2^40 would
+#: have this party allocate 128 GiB.
+MAX_RECEIVED_SCALE = 1 << 15
+
+
 def _exps(x, size: int) -> np.ndarray:
     if isinstance(x, (bytes, bytearray)):
+        if len(x) % _I64.itemsize:
+            raise SerializationError(f"{len(x)} scale bytes do not form int64 scales")
         out = np.frombuffer(x, dtype=_I64).astype(np.int64)
+        bad = (out > MAX_RECEIVED_SCALE) | (out < -MAX_RECEIVED_SCALE)   # np.abs(-2^63) < 0
+        if bad.any():
+            raise SerializationError(f"received scale 2^-{int(out[np.argmax(bad)])} is beyond "
+                                     f"the limit of {MAX_RECEIVED_SCALE} bits")
     else:
         out = np.asarray(x, dtype=np.int64).reshape(-1).copy()
     if out.shape != (size,):
