@@ -556,3 +556,84 @@ def test_checkpoint_is_fsynced(tmp_path, monkeypatch):
     assert vertical.agree_start({1: False, 2: False}, {0: False, 1: False}) == 1
     with pytest.raises(ConfigError, match="checkpoints or data differ"):
         vertical.agree_start({2: False, 3: False}, {0: False, 1: False})
+
+
+# ------------------------------------------------------------------ declared feature counts
+def test_host_inflating_its_feature_count_is_refused():
+    """A host that claims 63 features (just under the batch size of 64) would have the guest decrypt
+    63 values per batch for it -- nearly the whole first batch's labels through a re-randomised
+    combination of [[u]].  With the feature counts declared in the job, the claim is checked
+    against the job, not taken from the peer, before any key exists."""
+    job = validate_job(vjob(features={"guest": 10, "host": D_HOST}))
+    t = local_transports(("guest", "host"))
+    errors: list[BaseException] = []
+
+    def guest() -> None:
+        chan = Channel(t["guest"], 20, BE)
+        try:
+            run_job("guest", job, chan, BE, progress=False)
+        except BaseException as exc:  # noqa: BLE001 -- inspected below
+            errors.append(exc)
+        finally:
+            chan.close()
+
+    th = threading.Thread(target=guest)
+    th.start()
+    ch = Channel(t["host"], 20, BE)
+    ids = sorted_ids(load_party("breast", "host").ids)
+    ch.send("guest", "vfl/ids_digest", vertical._ids_digest(ids))
+    ch.recv("guest", "vfl/ids_digest")
+    start = ch.recv("guest", "vfl/start")
+    assert start["dim"] == D_GUEST
+    ch.send("guest", "vfl/start", {"n": start["n"], "dim": 63, "batch_size": 64, "epochs": []})
+    th.join(30)
+    ch.close()
+    assert not th.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ProtocolViolation), errors
+    assert "claims 63 features" in str(errors[0]) and "declares 20" in str(errors[0])
+
+
+def test_declared_feature_counts_must_match_own_data():
+    """A job whose declared counts do not match a party's own data is refused there (ConfigError),
+    and a malformed declaration at load."""
+    with pytest.raises(ConfigError, match="declares 19 features for host"):
+        run_local(vjob(features={"guest": 10, "host": 19}), BE)
+    for bad in ({"guest": 10}, {"guest": 10, "host": 0}, {"guest": 10, "host": True}, [10, 20]):
+        with pytest.raises(ConfigError, match="features"):
+            vertical.VerticalParams.from_job(vjob(features=bad)["params"])
+    res = run_local(vjob(features={"guest": 10, "host": D_HOST}), BE)
+    assert res["guest"]["metrics"]["auc"] > 0.9
+
+
+def test_arbiter_checks_declared_counts_and_plan_messages():
+    """The arbiter refuses feature counts that differ from the job's declaration, and a plan
+    message that is not the protocol's (its loop bound comes from it)."""
+    job = validate_job(vjob("vlr", ("guest", "host", "arbiter"), features={"guest": 10, "host": 20}))
+    for dims, plan, match in (({"guest": 11, "host": 63}, None, "host announces 63"),
+                              ({"guest": D_GUEST, "host": D_HOST}, {"stop": "no"}, "malformed plan")):
+        t = local_transports(("guest", "host", "arbiter"))
+        chans = {r: Channel(t[r], 20, BE) for r in ("guest", "host")}
+        err: list[BaseException] = []
+
+        def arbiter() -> None:
+            chan = Channel(t["arbiter"], 20, BE)
+            try:
+                run_job("arbiter", job, chan, BE, progress=False)
+            except BaseException as exc:  # noqa: BLE001 -- inspected below
+                err.append(exc)
+            finally:
+                chan.close()
+
+        th = threading.Thread(target=arbiter)
+        th.start()
+        for r in ("guest", "host"):
+            chans[r].send("arbiter", "vfl/dims", dims)
+        if plan is not None:
+            chans["guest"].recv("arbiter", "vfl/pk")
+            chans["host"].recv("arbiter", "vfl/pk")
+            chans["guest"].send("arbiter", "vfl/plan", plan)
+        th.join(30)
+        for c in chans.values():
+            c.close()
+        assert not th.is_alive()
+        assert len(err) == 1 and isinstance(err[0], ProtocolViolation) and match in str(err[0]), err

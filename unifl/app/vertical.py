@@ -59,6 +59,7 @@ import json
 import math
 import os
 import secrets
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,8 @@ from .data import (TASKS, load_party, sorted_ids, standardize, subsample_ids, tr
 from .metrics import r2_score, roc_auc, sigmoid
 from .reference import batches
 from .timing import Timings, progress_bar
+
+log = logging.getLogger("unifl.app.vertical")
 
 DEFAULT_MASK_BITS = 80
 
@@ -97,6 +100,10 @@ class VerticalParams:
     fixed_base: bool = False
     checkpoint_dir: str | None = None
     resume: bool = False
+    #: {"guest": int, "host": int}: the data columns each party holds (the guest's intercept not
+    #: counted).  Declared, a peer's feature count is checked against the job, not taken from the
+    #: peer: the count sets how many values a key owner decrypts for that peer per batch.
+    features: dict | None = None
 
     @classmethod
     def from_job(cls, params: dict) -> "VerticalParams":
@@ -110,7 +117,21 @@ class VerticalParams:
         if p.epochs < 0 or p.learning_rate <= 0 or p.l2 < 0 or p.mask_bits < 40:
             raise ConfigError("job params: epochs >= 0, learning_rate > 0, l2 >= 0 and "
                               "mask_bits >= 40 are required")
+        if p.features is not None:
+            f = p.features
+            if (not isinstance(f, dict) or set(f) != {"guest", "host"}
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                               for v in f.values())):
+                raise ConfigError(f"job params: features must map guest and host to their "
+                                  f"feature counts (integers >= 1), got {f!r}")
         return p
+
+    def announced_dim(self, role: str) -> int | None:
+        """The gradient dimension ``role`` must announce at job start (its declared features, plus
+        the guest's intercept column), or None when the job declares no feature counts."""
+        if self.features is None:
+            return None
+        return self.features[role] + (1 if role == "guest" and self.fit_intercept else 0)
 
 
 @dataclass
@@ -354,6 +375,16 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
         raise ConfigError(f"{role}: {peer} runs batch_size {peer_bs}, {role} {p.batch_size}")
     if peer_dim < 1:
         raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features")
+    if p.features is not None:
+        if dim != p.announced_dim(role):
+            raise ConfigError(f"{role}: the job declares {p.features[role]} features for {role}, "
+                              f"its data has {dim - (p.announced_dim(role) - p.features[role])}")
+        if peer_dim != p.announced_dim(peer):
+            raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features, the job declares "
+                                    f"{p.announced_dim(peer)} (with the intercept)")
+    else:
+        log.warning("%s: the job declares no feature counts (params.features): %s's claim of %d "
+                    "is bounded only by the batch size", role, peer, peer_dim)
     d_g, d_h = (dim, peer_dim) if role == "guest" else (peer_dim, dim)
     min_rows = reference.vertical_min_rows(d_g, d_h)
     reference.check_schedule(n, p.batch_size, min_rows,
@@ -618,6 +649,11 @@ def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
     if dims[0] != dims[1] or min(d.values()) < 1:
         raise ProtocolViolation(f"arbiter: the parties announce different or empty feature counts "
                                 f"(guest says {dims[0]}, host says {dims[1]})")
+    p = VerticalParams.from_job(job["params"])
+    for party in ("guest", "host"):
+        if p.features is not None and d[party] != p.announced_dim(party):
+            raise ProtocolViolation(f"arbiter: {party} announces {d[party]} features, the job "
+                                    f"declares {p.announced_dim(party)} (with the intercept)")
     with t.subtask("VFL: Paillier key generation", "keygen"):
         with t.crypto():
             pk, sk = paillier.keygen(job["key_bits"])
@@ -626,6 +662,10 @@ def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
     decrypted = SentCiphertexts()       # a ciphertext is decrypted at most once
     while True:
         plan = channel.recv("guest", "vfl/plan")
+        if (not isinstance(plan, dict) or not isinstance(plan.get("stop"), bool)
+                or not isinstance(plan.get("epoch"), int) or not isinstance(plan.get("batches"), int)
+                or plan["batches"] < 0):
+            raise ProtocolViolation(f"arbiter: malformed plan message from guest: {plan!r:.200}")
         if plan["stop"]:
             break
         epoch = int(plan["epoch"])
