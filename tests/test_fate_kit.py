@@ -254,3 +254,24 @@ def test_fate_kit_refuses_nonunit_ciphertexts():
         assert sk.decrypt_to_encoded(fn(*args)).signed() == [1, 2]
     finally:
         party.set_backend(None)
+
+
+# ----------------------------------------------------------------------- FATE kit: peer scales
+@pytest.mark.parametrize("scale", [1 << 40, -(1 << 40), -(1 << 63)])
+def test_fate_kit_refuses_received_scales_that_would_exhaust_memory(scale):
+    """A kit vector arrives pickled from another party with its per-element scales; a scale
+    becomes a shift (E(v)^(2^d) to lift it, v << -e to decode), so 2^40 would allocate 128 GiB
+    in the receiving party.  Refused when unpickled, before any use."""
+    from unifl.errors import SerializationError
+    sk, pk, coder = kit.keygen(1024)
+    ev = pk.encrypt_encoded(coder.encode_i64_vec(np.array([1, 2])), obfuscate=True)
+    fv = coder.encode_i64_vec(np.array([1, 2]))
+    for honest in (ev, fv):
+        bad = pickle.loads(pickle.dumps(honest))
+        bad.exps[1] = scale
+        wire = pickle.dumps(bad)
+        with pytest.raises(SerializationError, match="scale"):
+            pickle.loads(wire)
+    # honest vectors still travel
+    back = pickle.loads(pickle.dumps(ev))
+    assert coder.decode_i64_vec(sk.decrypt_to_encoded(back)).tolist() == [1, 2]
