@@ -106,7 +106,9 @@ def _bomb() -> bytes:
     b"party: 2001-13-45\n",                          # bad date: ValueError
     b"party: &a [*a]\n",                             # recursive alias
     _bomb(),                                         # 10^9 nodes from aliases: a hang
-], ids=["utf8", "deep", "bigint", "date", "recursive", "alias-bomb"])
+    b"party: guest\nkey_bits: !!int #2048'\n",       # tagged empty int: PyYAML's IndexError
+    b"key_bits: !!float nope\n",                     # tagged non-float: ValueError
+], ids=["utf8", "deep", "bigint", "date", "recursive", "alias-bomb", "empty-int", "bad-float"])
 def test_yaml_loaders_refuse_hostile_files(tmp_path: Path, text: bytes) -> None:
     path = tmp_path / "c.yaml"
     path.write_bytes(text)

@@ -114,7 +114,13 @@ def _read(path: str | os.PathLike) -> tuple[Path, Any]:
             if node is None:
                 return p, None
             _expanded_size(node, {}, p)
-            return p, loader.construct_document(node)
+            try:
+                return p, loader.construct_document(node)
+            except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
+                # PyYAML's constructors fail untyped on some explicitly tagged scalars
+                # (`!!int` with an empty value: IndexError; a >4300-digit int, a bad date: ValueError)
+                raise ConfigError(f"{p}: not valid YAML: a value cannot be converted "
+                                  f"({type(exc).__name__}: {str(exc)[:200]})") from None
         finally:
             loader.dispose()
     except ConfigError:
