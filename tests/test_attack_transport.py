@@ -469,3 +469,22 @@ def test_one_slow_ping_does_not_end_the_wait():
         proxy.close()
         g.close()
         h.close()
+
+
+def test_refused_envelopes_cannot_flood_or_forge_the_log(caplog):
+    """Anyone who reaches the port can send envelopes the party refuses.  Each refusal is counted,
+    but only a burst per window is logged, and the peer's sender and tag are logged as reprs, so a
+    newline in them cannot forge a log line."""
+    from unifl.app.transport import grpc_transport as gt
+    h = GrpcTransport("host", "127.0.0.1:0", {"guest": "127.0.0.1:1"}, "j", timeout_s=T)
+    try:
+        caplog.set_level("WARNING", logger="unifl.transport")
+        for i in range(500):
+            h._deliver(_env(sender=f"mallory\nINFO forged line {i}", tag="x\ny"), None)
+        refusals = [r for r in caplog.records if "refused a message" in r.getMessage()]
+        assert h.stats["refused"] == 500
+        assert len(refusals) == gt.REFUSAL_LOG_BURST
+        assert all("\n" not in r.getMessage() for r in refusals)
+        assert "'mallory\\nINFO forged line 0'" in refusals[0].getMessage()
+    finally:
+        h.close()

@@ -74,6 +74,10 @@ DEFAULT_MAX_QUEUED_MESSAGES = 4096
 #: a ping not answered within this is a failed ping (at least; liveness_s / 2 when longer)
 MIN_PING_TIMEOUT_S = 1.0
 ENVELOPE_OVERHEAD = 64 * 1024  # room for the envelope's header fields above the payload limit
+#: refusals logged per window, the rest only counted: anyone who can reach the port can send
+#: refused envelopes, and each must not cost a log line (flooding the party's log)
+REFUSAL_LOG_BURST = 20
+REFUSAL_LOG_WINDOW_S = 10.0
 
 _CODE_ERRORS = {ErrorCode.MALFORMED: MalformedMessageError, ErrorCode.VERSION: ProtocolVersionError,
                 ErrorCode.JOB: JobMismatchError, ErrorCode.SEQUENCE: SequenceError,
@@ -169,6 +173,8 @@ class GrpcTransport:
         self.liveness_s = float(liveness_s)
         self._seen_alive: set[str] = set()
         self._closed = False
+        self._log_lock = threading.Lock()
+        self._log_window = (time.monotonic(), 0, 0)    # (start, logged, suppressed) of refusals
         opts = self._grpc_options()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=server_workers,
                                                               thread_name_prefix=f"unifl-{role}"),
@@ -229,9 +235,26 @@ class GrpcTransport:
             if sender in self.peers and exc_type is not None:
                 self._errors.setdefault(sender, exc_type(msg))
                 self._cond.notify_all()
-        log.warning("%s refused a message: %s", self.role, msg)
+        self._log_refusal(msg)
         return Ack(protocol_version=self.protocol_version, error_code=int(code),
                    error=msg).SerializeToString()
+
+    def _log_refusal(self, msg: str) -> None:
+        """Log a refusal, at most ``REFUSAL_LOG_BURST`` per ``REFUSAL_LOG_WINDOW_S``; the rest are
+        counted (``stats["refused"]``) and summed up in one line when the next window opens."""
+        now = time.monotonic()
+        with self._log_lock:
+            start, logged, suppressed = self._log_window
+            if now - start >= REFUSAL_LOG_WINDOW_S:
+                if suppressed:
+                    log.warning("%s: %d more refused messages in %.0f s were not logged", self.role,
+                                suppressed, now - start)
+                start, logged, suppressed = now, 0, 0
+            if logged >= REFUSAL_LOG_BURST:
+                self._log_window = (start, logged, suppressed + 1)
+                return
+            self._log_window = (start, logged + 1, suppressed)
+        log.warning("%s refused a message: %s", self.role, msg[:1000])
 
     def _deliver(self, raw: bytes, context) -> bytes:
         try:
@@ -239,10 +262,11 @@ class GrpcTransport:
         except Exception:  # noqa: BLE001 - any parse failure is a malformed envelope
             return self._refuse(ErrorCode.MALFORMED,
                                 f"{self.role}: unparsable envelope ({len(raw)} bytes)")
-        who = f"{env.sender or '?'} -> {self.role} [{env.tag}] seq {env.seq}"
+        # repr, cut: sender and tag are the peer's bytes (no forged log lines through newlines)
+        who = f"{env.sender[:64]!r} -> {self.role} [{env.tag[:128]!r}] seq {env.seq}"
         # 1. authenticate: nothing below may record state for a sender it has not proven to be
         if env.sender not in self.peers:
-            return self._refuse(ErrorCode.UNKNOWN_SENDER, f"{who}: sender {env.sender!r} is not a "
+            return self._refuse(ErrorCode.UNKNOWN_SENDER, f"{who}: sender {env.sender[:64]!r} is not a "
                                 f"configured peer of {self.role} ({sorted(self.peers)})")
         if self._pem and not _peer_is(context, env.sender):
             return self._refuse(ErrorCode.IDENTITY, f"{who}: the TLS certificate of the client "
@@ -339,7 +363,7 @@ class GrpcTransport:
         if sender is not None and exc_type is not None:
             self._errors.setdefault(sender, exc_type(msg))
             self._cond.notify_all()
-        log.warning("%s refused a message: %s", self.role, msg)
+        self._log_refusal(msg)
         return Ack(protocol_version=self.protocol_version, error_code=int(code),
                    error=msg).SerializeToString()
 
