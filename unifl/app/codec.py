@@ -42,14 +42,13 @@ or received earlier); an unknown fingerprint raises :class:`~unifl.errors.KeyMis
 
 from __future__ import annotations
 
-import inspect
 import json
 import struct
 from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import KeyMismatchError, PrivateKeyExposure, SerializationError, WeakKeyError
+from ..errors import KeyMismatchError, PrivateKeyExposure, SerializationError
 from ..phe_sdk import paillier, rsa, serialize
 from ..phe_sdk.array import EncryptedArray
 
@@ -246,39 +245,6 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
 
 
 # ------------------------------------------------------------------ decoding
-def _key_bits_from_json(text: bytes) -> int:
-    """The modulus size a key JSON declares (n, or p·q for a private key), read without building
-    the key: cheap, so an undersized or oversized key is refused before any primality test."""
-    try:
-        obj = json.loads(text)
-        if not isinstance(obj, dict):
-            raise ValueError("not an object")
-        fields = ("n",) if str(obj.get("kind", "")).endswith(".public") else ("p", "q")
-        hexes = [obj[f] for f in fields]
-        if not all(isinstance(h, str) for h in hexes):
-            raise ValueError("key fields must be hex strings")
-        if any(len(h) > paillier.MAX_KEY_BITS // 4 + 2 for h in hexes):
-            raise WeakKeyError(f"received key has a field of about {max(map(len, hexes)) * 4} "
-                               f"bits, above the maximum of {paillier.MAX_KEY_BITS}")
-        vals = [int(h, 16) for h in hexes]
-    except WeakKeyError:
-        raise
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SerializationError(f"key JSON malformed: {exc}") from exc
-    return vals[0].bit_length() if len(vals) == 1 else (vals[0] * vals[1]).bit_length()
-
-
-def _key_from_json(text: bytes, min_key_bits: int | None):
-    if min_key_bits:
-        bits = _key_bits_from_json(text)
-        if bits < min_key_bits:
-            raise WeakKeyError(f"received a {bits}-bit key; this party's floor (key_bits) is "
-                               f"{min_key_bits} bits")
-        if "min_bits" in inspect.signature(serialize.key_from_json).parameters:
-            return serialize.key_from_json(text, min_bits=min_key_bits)
-    return serialize.key_from_json(text)
-
-
 class _Reader:
     def __init__(self, data: bytes, keys: KeyLookup | None, on_key, backend,
                  min_key_bits: int | None = None, allow_private_key: bool = False) -> None:
@@ -364,12 +330,12 @@ class _Reader:
             if not (self.allow_private_key and depth == 0):
                 raise SerializationError("a private key arrived in an ordinary message; private "
                                          "keys are accepted only by Channel.recv_private_key")
-            key = _key_from_json(self.take(self.length()), self.min_key_bits)
+            key = serialize.key_from_json(self.take(self.length()), min_bits=self.min_key_bits)
             if not isinstance(key, (paillier.PrivateKey, rsa.PrivateKey)):
                 raise SerializationError(f"tag K holds a {type(key).__name__}, not a private key")
             return key
         if tag in (b"P", b"R"):
-            key = _key_from_json(self.take(self.length()), self.min_key_bits)
+            key = serialize.key_from_json(self.take(self.length()), min_bits=self.min_key_bits)
             want = paillier.PublicKey if tag == b"P" else rsa.PublicKey
             if not isinstance(key, want):
                 raise SerializationError(f"tag {tag.decode()} holds a {type(key).__name__}")

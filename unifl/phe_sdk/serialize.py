@@ -26,8 +26,8 @@ problem.  Every ciphertext must also be a unit mod n² (gcd(c, n) = 1), else
 owner to decrypt it factor n.  The CRC detects corruption, not tampering: an authenticated channel
 (mutual TLS) protects frames in transit.
 
-Keys read by :func:`key_from_json` are checked for size (and RSA's e = 65537) *before* the key
-object is built, so a hostile key costs no primality test or exponentiation.  Every key-parameter
+Keys read by :func:`key_from_json` are checked for size (and RSA's e = 65537) before any primality
+test or exponentiation: the party's floor here, the SDK's limits first thing in the key constructors.  Every key-parameter
 refusal (too small, above the party's floor, above MAX_KEY_BITS = 8192 bits, e != 65537) is a
 :class:`~unifl.errors.WeakKeyError`; a malformed document is a SerializationError.
 """
@@ -56,7 +56,6 @@ _HEAD = struct.Struct("<4sHH16siHH")
 MAX_NDIM = 32
 _INT64_MAX = (1 << 63) - 1
 _HEX = re.compile(r"[0-9a-fA-F]{1,8192}")
-MAX_KEY_BITS = max(paillier.MAX_KEY_BITS, rsa.MAX_KEY_BITS)
 
 
 def element_count(shape, what: str = "array") -> int:
@@ -98,21 +97,12 @@ def _int(obj: dict, field: str) -> int:
     return int(text, 16)
 
 
-def _check_modulus(kind: str, n: int, min_bits: int | None) -> None:
-    bits = n.bit_length()
-    if bits > MAX_KEY_BITS:
-        raise WeakKeyError(f"{kind} key of {bits} bits is above the maximum of {MAX_KEY_BITS}")
-    if min_bits is not None and bits < min_bits:
-        raise WeakKeyError(f"{kind} key of {bits} bits is below this party's floor of {min_bits} "
-                           f"bits (key_bits)")
-
-
-def _check_primes(kind: str, p: int, q: int, min_bits: int | None) -> None:
-    for name, x in (("p", p), ("q", q)):
-        if x.bit_length() > MAX_KEY_BITS // 2:
-            raise WeakKeyError(f"{kind} factor {name} of {x.bit_length()} bits is above the "
-                               f"maximum of {MAX_KEY_BITS // 2}")
-    _check_modulus(kind, p * q, min_bits)
+def _check_floor(kind: str, n: int, min_bits: int | None) -> None:
+    """The party's floor, from the bit length alone; the key constructors then refuse an oversize
+    key, an oversize prime and e != 65537, each before any primality test."""
+    if min_bits is not None and n.bit_length() < min_bits:
+        raise WeakKeyError(f"{kind} key of {n.bit_length()} bits is below this party's floor of "
+                           f"{min_bits} bits (key_bits)")
 
 
 def key_to_json(key) -> str:
@@ -134,10 +124,10 @@ def key_to_json(key) -> str:
 def key_from_json(text: str | bytes, min_bits: int | None = None):
     """Inverse of :func:`key_to_json`; validates the key.
 
-    Size limits come first, before the key object is built (no primality test, no exponentiation
-    on a hostile key): the modulus must have at most MAX_KEY_BITS (8192) bits, each prime at most
-    half that, the modulus at least ``min_bits`` bits (the party's ``key_bits`` floor; the SDK's
-    own 1024-bit minimum applies regardless), and RSA's e must be 65537.
+    Size limits come before any primality test or exponentiation on a hostile key: the modulus at
+    least ``min_bits`` bits (the party's ``key_bits`` floor), checked here from the bit length; the
+    key constructors then check, first thing, at most 8192 bits (each prime at most half that), the
+    SDK's 1024-bit minimum and RSA's e = 65537.
 
     Raises:
         WeakKeyError: any of those limits, or a weak key found by the constructors.
@@ -157,23 +147,20 @@ def key_from_json(text: str | bytes, min_bits: int | None = None):
     kind = obj.get("kind")
     if kind == "paillier.public":
         n = _int(obj, "n")
-        _check_modulus("Paillier", n, min_bits)
+        _check_floor("Paillier", n, min_bits)
         return paillier.PublicKey(n)
     if kind == "paillier.private":
         p, q = _int(obj, "p"), _int(obj, "q")
-        _check_primes("Paillier", p, q, min_bits)
+        _check_floor("Paillier", p * q, min_bits)
         return paillier.PrivateKey(p, q)
-    if kind in ("rsa.public", "rsa.private"):
-        e = _int(obj, "e")
-        if e != rsa.E:
-            raise WeakKeyError(f"RSA public exponent must be {rsa.E} (got {e})")
-        if kind == "rsa.public":
-            n = _int(obj, "n")
-            _check_modulus("RSA", n, min_bits)
-            return rsa.PublicKey(n, e)
+    if kind == "rsa.public":
+        n = _int(obj, "n")
+        _check_floor("RSA", n, min_bits)
+        return rsa.PublicKey(n, _int(obj, "e"))
+    if kind == "rsa.private":
         p, q = _int(obj, "p"), _int(obj, "q")
-        _check_primes("RSA", p, q, min_bits)
-        return rsa.PrivateKey(p, q, e)
+        _check_floor("RSA", p * q, min_bits)
+        return rsa.PrivateKey(p, q, _int(obj, "e"))
     raise SerializationError(f"unknown key kind {kind!r}")
 
 
