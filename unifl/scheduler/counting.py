@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import OPS, Backend
-from .fallback import FallbackChain, is_device_failure, own_batch_of
+from .fallback import ChainMember, is_device_failure, own_batch_of
 
 
 def batch_elements(op: str, args: tuple) -> int:
@@ -68,12 +68,8 @@ def stand_in_of(backend: Backend) -> str | None:
     return pr.stand_in if pr is not None else None
 
 
-class CountingBackend(Backend):
+class CountingBackend(ChainMember, Backend):
     """``inner`` with every ``op_*`` call counted and timed.  ``device`` labels the report rows."""
-
-    #: the party's fallback chain and this backend's place in it (set by FallbackChain)
-    chain: FallbackChain | None = None
-    chain_pos: int = 0
 
     def __init__(self, inner: Backend, device: str | None = None) -> None:
         super().__init__()
@@ -85,13 +81,6 @@ class CountingBackend(Backend):
         self.stand_in = stand_in_of(inner)
         self.counters = Counters()
         self.selection: dict[str, Any] = {}
-
-    def _replacement(self) -> Backend | None:
-        """The backend that runs this one's work since it failed; None while it is healthy."""
-        chain = self.chain
-        if chain is None or not chain.retired(self.chain_pos):
-            return None
-        return chain.current_after(self.chain_pos)
 
     def implements(self, op: str) -> bool:
         rep = self._replacement()
@@ -130,32 +119,15 @@ class CountingBackend(Backend):
                  "seconds": s, "stand_in": self.stand_in}
                 for op, (c, e, s) in sorted(self.counters.snapshot().items())]
 
-    def report(self) -> list[dict]:
-        """One row per op that ran: op, backend, device, calls, elements, seconds, stand_in.  After
-        a failure mid-run: the failed row says failed_calls, failed_elements, fell_back_to and
-        reason, and the rows of the backends that took over follow, with ``fallback_from``."""
-        rows = self.own_report()
-        if self.chain is not None and self.chain_pos == 0:
-            return self.chain.report(rows)
-        return rows
-
-    def fallback_events(self) -> list[dict]:
-        """Every re-run after a failure: op, from/from_device, to/to_device, reason, elements,
-        scope; empty for an honest run."""
-        return list(self.chain.events) if self.chain is not None else []
-
     def reset_counters(self) -> None:
         self.counters.reset()
-        if self.chain is not None and self.chain_pos == 0:
-            for link in self.chain.links[1:]:
-                link.reset_counters()
+        self._reset_chain_counters()
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()
-        if self.chain is not None and self.chain_pos == 0:
-            self.chain.close_links()
+        self._close_chain()
 
     def __getattr__(self, item: str):
         # options and attributes of the wrapped backend (threads, runtime, mode ...)

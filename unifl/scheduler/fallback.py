@@ -286,3 +286,48 @@ class FallbackChain:
             close = getattr(link, "close", None)
             if callable(close):
                 close()
+
+
+class ChainMember:
+    """What a backend placed in a :class:`FallbackChain` (a CountingBackend, a MultiDeviceBackend)
+    shares: its place in the chain, the backend that replaced it once it failed, and the chain's
+    part of ``report``/``fallback_events``/``reset_counters``/``close`` -- done by link 0 only, so
+    the links started after a failure are reported and closed once."""
+
+    #: the party's fallback chain and this backend's place in it (set by FallbackChain)
+    chain: FallbackChain | None = None
+    chain_pos: int = 0
+
+    def _replacement(self) -> Backend | None:
+        """The backend that runs this one's work since it failed; None while it is healthy."""
+        chain = self.chain
+        if chain is None or not chain.retired(self.chain_pos):
+            return None
+        return chain.current_after(self.chain_pos)
+
+    def _heads_chain(self) -> bool:
+        return self.chain is not None and self.chain_pos == 0
+
+    def own_report(self) -> list[dict]:
+        raise NotImplementedError
+
+    def report(self) -> list[dict]:
+        """One row per op that ran: op, backend, device, calls, elements, seconds, stand_in.  After
+        a failure mid-run: the failed row says failed_calls, failed_elements, fell_back_to and
+        reason, and the rows of the backends that took over follow, with ``fallback_from``."""
+        rows = self.own_report()
+        return self.chain.report(rows) if self._heads_chain() else rows
+
+    def fallback_events(self) -> list[dict]:
+        """Every re-run after a failure: op, from/from_device, to/to_device, reason, elements,
+        scope; empty for an honest run."""
+        return list(self.chain.events) if self.chain is not None else []
+
+    def _reset_chain_counters(self) -> None:
+        if self._heads_chain():
+            for link in self.chain.links[1:]:
+                link.reset_counters()
+
+    def _close_chain(self) -> None:
+        if self._heads_chain():
+            self.chain.close_links()

@@ -35,7 +35,7 @@ import numpy as np
 from ..backends.base import OPS, Backend
 from ..errors import BackendUnavailable
 from .executor import Executor, SerialExecutor
-from .fallback import FallbackChain, is_device_failure, own_batch_of
+from .fallback import ChainMember, is_device_failure, own_batch_of
 
 
 class _PieceFailed:
@@ -45,12 +45,8 @@ class _PieceFailed:
         self.member, self.args, self.exc = member, args, exc
 
 
-class MultiDeviceBackend(Backend):
+class MultiDeviceBackend(ChainMember, Backend):
     """Batches split across ``members``; ``weights`` (relative speeds) size the pieces."""
-
-    #: the party's fallback chain and this backend's place in it (set by FallbackChain)
-    chain: FallbackChain | None = None
-    chain_pos: int = 0
 
     def __init__(self, members: Sequence[Backend], executor: Executor | None = None,
                  weights: Sequence[float] | None = None, min_rows: int = 8) -> None:
@@ -80,13 +76,6 @@ class MultiDeviceBackend(Backend):
 
     def describe(self) -> str:
         return " + ".join(m.describe() for m in self.members)
-
-    def _replacement(self) -> Backend | None:
-        """The backend that runs this one's work once every member failed; None until then."""
-        chain = self.chain
-        if chain is None or not chain.retired(self.chain_pos):
-            return None
-        return chain.current_after(self.chain_pos)
 
     def implements(self, op: str) -> bool:
         rep = self._replacement()
@@ -131,17 +120,6 @@ class MultiDeviceBackend(Backend):
     def _release(self, member: int, rows: int) -> None:
         with self._lock:
             self._load[member] -= rows
-
-    def _run(self, pieces, call):
-        """``call(member_backend, start, stop)`` per piece through the executor, loads released.
-        No re-run of failed pieces here: prefer :meth:`_run_op`, which has the op and its args."""
-        def one(piece):
-            i, a, b = piece
-            try:
-                return call(self.members[i], a, b)
-            finally:
-                self._release(i, b - a)
-        return self.executor.map(one, pieces)
 
     def _call_member(self, i: int, op: str, args: tuple):
         """``op`` on member ``i``; a device failure comes back as a :class:`_PieceFailed` (when a
@@ -275,25 +253,11 @@ class MultiDeviceBackend(Backend):
         """The members' counter rows (no fallback links, no failure annotations)."""
         return [row for m in self.members if hasattr(m, "report") for row in m.report()]
 
-    def report(self) -> list[dict]:
-        """The members' rows; after a failure mid-run, annotated and followed by the rows of the
-        backends that took over (see :meth:`CountingBackend.report`)."""
-        rows = self.own_report()
-        if self.chain is not None and self.chain_pos == 0:
-            return self.chain.report(rows)
-        return rows
-
-    def fallback_events(self) -> list[dict]:
-        """Every re-run after a failure (see :meth:`CountingBackend.fallback_events`)."""
-        return list(self.chain.events) if self.chain is not None else []
-
     def reset_counters(self) -> None:
         for m in self.members:
             if hasattr(m, "reset_counters"):
                 m.reset_counters()
-        if self.chain is not None and self.chain_pos == 0:
-            for link in self.chain.links[1:]:
-                link.reset_counters()
+        self._reset_chain_counters()
 
     def close(self) -> None:
         self.executor.close()
@@ -301,8 +265,7 @@ class MultiDeviceBackend(Backend):
             close = getattr(m, "close", None)
             if callable(close):
                 close()
-        if self.chain is not None and self.chain_pos == 0:
-            self.chain.close_links()
+        self._close_chain()
 
 
 def _rowwise_forwarder(op: str):
