@@ -56,10 +56,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import secrets
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,29 +205,36 @@ class SentCiphertexts:
 
     @staticmethod
     def _of(arr: EncryptedArray) -> list[bytes]:
-        width = (arr.public_key.nsquare.bit_length() + 7) // 8
-        return [hashlib.blake2b(c.to_bytes(width, "little"), digest_size=16).digest()
-                for c in arr.ciphertexts()]
+        # the Montgomery rows themselves: under one key (one n², one R) Montgomery form is a
+        # bijection, so equal ciphertexts have equal rows, and no conversion out of it is needed
+        rows = np.ascontiguousarray(np.asarray(arr.limbs, dtype=np.uint64))
+        return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
 
     def add(self, arr: EncryptedArray) -> None:
         self._digests.update(self._of(arr))
 
-    def first_seen(self, arr: EncryptedArray) -> int | None:
-        """Index of the first ciphertext of ``arr`` this party sent, or None."""
-        return next((i for i, d in enumerate(self._of(arr)) if d in self._digests), None)
+    def first_seen(self, arr: EncryptedArray, record: bool = False) -> int | None:
+        """Index of the first ciphertext of ``arr`` already held here, or None; with ``record``,
+        the ciphertexts of an ``arr`` that passes are added (one digest pass for both)."""
+        digests = self._of(arr)
+        seen = next((i for i, d in enumerate(digests) if d in self._digests), None)
+        if record and seen is None:
+            self._digests.update(digests)
+        return seen
 
     def __len__(self) -> int:
         return len(self._digests)
 
 
 def decrypt_masked(arr, sk: paillier.PrivateKey, shape: tuple[int, ...],
-                   sent: SentCiphertexts | None = None) -> list[int]:
+                   sent: SentCiphertexts | None = None, record: bool = False) -> list[int]:
     """The key owner's step 4: the masked residues to return, after checking the request.
 
     A request is decrypted only if it is an encrypted array under this party's key, of exactly
     ``shape`` (the requester's feature count, agreed at job start; every batch has more rows than
     that, so no batch-length vector such as [[u]] or [[z]] fits), at scale 0, and holds no
-    ciphertext this party sent itself (``sent``).  What still passes is written in docs/app.md.
+    ciphertext this party sent itself (``sent``; with ``record``, the request's ciphertexts join
+    ``sent``, so each is decrypted at most once).  What still passes is written in docs/app.md.
 
     Raises:
         ProtocolViolation: wrong type, shape or scale, or a replay of this party's ciphertexts.
@@ -244,7 +251,7 @@ def decrypt_masked(arr, sk: paillier.PrivateKey, shape: tuple[int, ...],
     if arr.scale_bits != 0:
         raise ProtocolViolation(f"decryption request at scale 2^-{arr.scale_bits}; masked "
                                 "gradients travel at scale 0")
-    if sent is not None and (i := sent.first_seen(arr)) is not None:
+    if sent is not None and (i := sent.first_seen(arr, record)) is not None:
         raise ProtocolViolation(f"decryption request element #{i} is a ciphertext this party sent "
                                 "itself or already decrypted; refused (it would hand back this party's own data)")
     return arr.decrypt_residues(sk)
@@ -377,8 +384,9 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
         raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features")
     if p.features is not None:
         if dim != p.announced_dim(role):
+            intercept = p.announced_dim(role) - p.features[role]
             raise ConfigError(f"{role}: the job declares {p.features[role]} features for {role}, "
-                              f"its data has {dim - (p.announced_dim(role) - p.features[role])}")
+                              f"its data has {dim - intercept}")
         if peer_dim != p.announced_dim(peer):
             raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features, the job declares "
                                     f"{p.announced_dim(peer)} (with the intercept)")
@@ -394,7 +402,7 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
         w, stopped = states[start]
         previous = (start, w, stopped)
     else:
-        w, stopped, previous = np.zeros(dim), False, None
+        w, stopped = np.zeros(dim), False
         save_checkpoint(ck, w, 0, seed, False)      # so a crash before the first ack can resume
         previous = (0, w, False) if ck is not None else None
     if arbiter:
@@ -676,8 +684,7 @@ def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
                 arr = channel.recv(party, f"{tag}/{src_tag}")
                 with t.subtask("VFL: decrypt masked gradients", "O2 dec"):
                     with t.crypto():
-                        vals = decrypt_masked(arr, sk, (d[party],), decrypted)
-                        decrypted.add(arr)
+                        vals = decrypt_masked(arr, sk, (d[party],), decrypted, record=True)
                 channel.send(party, f"{tag}/{dst_tag}", vals)
     return {"metrics": {}, "model": {}}
 
