@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import threading
 
 import pytest
 
@@ -58,3 +59,28 @@ def pk_sk_1024():
 @pytest.fixture(scope="session")
 def pk_sk_2048():
     return paillier_keypair(2048)
+
+
+class Party:
+    """One party's real code in a thread, for tests that play the other party by hand; ``error`` /
+    ``result`` once it has ended.  Like a party process, it closes its channel when it stops, so
+    the attacker's next receive fails at once."""
+
+    def __init__(self, fn, channel) -> None:
+        self.result = self.error = None
+
+        def target():
+            try:
+                self.result = fn()
+            except BaseException as exc:  # noqa: BLE001 -- inspected by the test
+                self.error = exc
+            finally:
+                channel.close()
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float = 30):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the party under attack hung"
+        return self

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import threading
 
 import numpy as np
 import pytest
@@ -24,6 +23,8 @@ from unifl.errors import (ProtocolViolation, SignatureError, TransportError,
 from unifl.phe_sdk import EncryptedArray, paillier, rsa
 from unifl.phe_sdk.rsa import full_domain_hash
 
+from .conftest import Party
+
 BE = unifl.backend("native")
 BITS = 1024
 WAIT = 3.0          # seconds a party waits for a message that a refused peer never sends
@@ -37,30 +38,6 @@ def rsa_key():
 @pytest.fixture(scope="module")
 def pai_key():
     return paillier.keygen(BITS)
-
-
-class Party:
-    """One party's real code in a thread; ``error`` / ``result`` once it has ended.  Like a party
-    process, it closes its channel when it stops, so the attacker's next receive fails at once."""
-
-    def __init__(self, fn, channel: Channel) -> None:
-        self.result = self.error = None
-
-        def target():
-            try:
-                self.result = fn()
-            except BaseException as exc:  # noqa: BLE001 -- inspected by the test
-                self.error = exc
-            finally:
-                channel.close()
-
-        self.thread = threading.Thread(target=target, daemon=True)
-        self.thread.start()
-
-    def join(self):
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "the party under attack hung"
-        return self
 
 
 def pair():

@@ -3,7 +3,6 @@ against the real code of the other and fails on the code before its fix."""
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -17,32 +16,11 @@ from unifl.app.timing import Timings
 from unifl.errors import ProtocolViolation, WeakKeyError
 from unifl.phe_sdk import EncryptedArray, paillier
 
+from .conftest import Party
+
 BE = unifl.backend("native")
 BITS = 1024
 WAIT = 15.0        # generous: key generation on a loaded machine comes before some messages
-
-
-class Party:
-    """One party's real code in a thread; it closes its channel when it stops."""
-
-    def __init__(self, fn, channel: Channel) -> None:
-        self.result = self.error = None
-
-        def target():
-            try:
-                self.result = fn()
-            except BaseException as exc:  # noqa: BLE001 -- inspected by the test
-                self.error = exc
-            finally:
-                channel.close()
-
-        self.thread = threading.Thread(target=target, daemon=True)
-        self.thread.start()
-
-    def join(self):
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the party under attack hung"
-        return self
 
 
 # ================================================================== SecureBoost: a hostile host
@@ -77,7 +55,7 @@ def _hostile_host_root(sb_job, forge):
     count = -(-fh * p.num_bins // per)
     assert count <= n       # the guest's own ciphertexts are enough to fill an answer
     h.send("guest", "sbt/t0/d0/hist", forge(enc_gh, count))
-    guest.join()
+    guest.join(60)
     return guest
 
 
@@ -125,7 +103,7 @@ def test_hlr_host_holds_the_shared_key_to_the_jobs_key_bits():
     host = Party(lambda: horizontal._client("host", job, p, h, BE, Timings(), None, False), h)
     g.send("host", "hfl/pk", pk)
     g.send_private_key("host", "hfl/sk", sk)
-    host.join()
+    host.join(60)
     assert isinstance(host.error, WeakKeyError), repr(host.error)
     assert "2048" in str(host.error)
 

@@ -26,6 +26,8 @@ from unifl.errors import (ConfigError, InsecureTransportError, PrivateKeyExposur
                           ProtocolViolation, SerializationError, TransportError, WeakKeyError)
 from unifl.phe_sdk import EncryptedArray, paillier, serialize
 
+from .conftest import Party
+
 BE = unifl.backend("native")
 SEED = 7
 D_GUEST, D_HOST = 11, 20         # breast: 10 guest features + intercept, 20 host features
@@ -566,19 +568,8 @@ def test_host_inflating_its_feature_count_is_refused():
     against the job, not taken from the peer, before any key exists."""
     job = validate_job(vjob(features={"guest": 10, "host": D_HOST}))
     t = local_transports(("guest", "host"))
-    errors: list[BaseException] = []
-
-    def guest() -> None:
-        chan = Channel(t["guest"], 20, BE)
-        try:
-            run_job("guest", job, chan, BE, progress=False)
-        except BaseException as exc:  # noqa: BLE001 -- inspected below
-            errors.append(exc)
-        finally:
-            chan.close()
-
-    th = threading.Thread(target=guest)
-    th.start()
+    gch = Channel(t["guest"], 20, BE)
+    guest = Party(lambda: run_job("guest", job, gch, BE, progress=False), gch)
     ch = Channel(t["host"], 20, BE)
     ids = sorted_ids(load_party("breast", "host").ids)
     ch.send("guest", "vfl/ids_digest", vertical._ids_digest(ids))
@@ -586,11 +577,10 @@ def test_host_inflating_its_feature_count_is_refused():
     start = ch.recv("guest", "vfl/start")
     assert start["dim"] == D_GUEST
     ch.send("guest", "vfl/start", {"n": start["n"], "dim": 63, "batch_size": 64, "epochs": []})
-    th.join(30)
+    guest.join()
     ch.close()
-    assert not th.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], ProtocolViolation), errors
-    assert "claims 63 features" in str(errors[0]) and "declares 20" in str(errors[0])
+    assert isinstance(guest.error, ProtocolViolation), guest.error
+    assert "claims 63 features" in str(guest.error) and "declares 20" in str(guest.error)
 
 
 def test_declared_feature_counts_must_match_own_data():
@@ -613,27 +603,16 @@ def test_arbiter_checks_declared_counts_and_plan_messages():
                               ({"guest": D_GUEST, "host": D_HOST}, {"stop": "no"}, "malformed plan")):
         t = local_transports(("guest", "host", "arbiter"))
         chans = {r: Channel(t[r], 20, BE) for r in ("guest", "host")}
-        err: list[BaseException] = []
-
-        def arbiter() -> None:
-            chan = Channel(t["arbiter"], 20, BE)
-            try:
-                run_job("arbiter", job, chan, BE, progress=False)
-            except BaseException as exc:  # noqa: BLE001 -- inspected below
-                err.append(exc)
-            finally:
-                chan.close()
-
-        th = threading.Thread(target=arbiter)
-        th.start()
+        ach = Channel(t["arbiter"], 20, BE)
+        arbiter = Party(lambda: run_job("arbiter", job, ach, BE, progress=False), ach)
         for r in ("guest", "host"):
             chans[r].send("arbiter", "vfl/dims", dims)
         if plan is not None:
             chans["guest"].recv("arbiter", "vfl/pk")
             chans["host"].recv("arbiter", "vfl/pk")
             chans["guest"].send("arbiter", "vfl/plan", plan)
-        th.join(30)
+        arbiter.join()
         for c in chans.values():
             c.close()
-        assert not th.is_alive()
-        assert len(err) == 1 and isinstance(err[0], ProtocolViolation) and match in str(err[0]), err
+        assert isinstance(arbiter.error, ProtocolViolation) and match in str(arbiter.error), \
+            arbiter.error
