@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 import gmpy2  # noqa: E402
 
 from unifl import base_op, mod_op  # noqa: E402
-from unifl.backends import registry  # noqa: E402
+from unifl.core import registry  # noqa: E402
 from unifl.base_op import mont_context  # noqa: E402
 from unifl.bench import measure  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402

@@ -32,7 +32,7 @@ import gmpy2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from unifl import base_op, mod_op  # noqa: E402
-from unifl.backends import registry  # noqa: E402
+from unifl.core import registry  # noqa: E402
 from unifl.base_op import mont_context  # noqa: E402
 from unifl.bench import machine_info, measure  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import unifl  # noqa: E402
 from unifl.backends.qat import runtime  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402
-from unifl.scheduler import pipeline  # noqa: E402
+from unifl.backends.qat import pipeline  # noqa: E402
 
 LABEL = "QAT simulator"
 

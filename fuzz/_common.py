@@ -1,7 +1,7 @@
 """Shared pieces of the coverage-guided fuzz harnesses (atheris + libFuzzer).
 
 Every harness is ``fuzz/fuzz_<target>.py``: a function of bytes that feeds one parser of peer or user
-input and accepts only UniFL's typed errors (:class:`unifl.errors.UniflError` subclasses) as the
+input and accepts only UniFL's typed errors (:class:`unifl.core.errors.UniflError` subclasses) as the
 expected outcome of bad input.  Anything else -- another exception, a hang past ``-timeout=``, RSS
 past ``-rss_limit_mb=`` -- propagates to libFuzzer, which reports it as a crash and writes the input
 to ``-artifact_prefix=``.
@@ -27,7 +27,7 @@ import atheris
 
 # A harness imports this module and its targets inside ``atheris.instrument_imports(...)`` before
 # anything else imports unifl, so UniFL's modules are instrumented for coverage.
-from unifl.errors import UniflError
+from unifl.core.errors import UniflError
 from unifl.phe_sdk import paillier, rsa
 
 ROOT = Path(__file__).resolve().parent.parent

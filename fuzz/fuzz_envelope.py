@@ -32,7 +32,7 @@ with atheris.instrument_imports(include=["unifl"]):  # coverage feedback from Un
     import _common
     from unifl.app.transport import envelope as env_mod
     from unifl.app.transport import grpc_transport as gt
-    from unifl.errors import MalformedMessageError
+    from unifl.core.errors import MalformedMessageError
 
 logging.disable(logging.CRITICAL)   # every refusal is logged as a warning: noise at 10^5 inputs
 

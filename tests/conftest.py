@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import unifl
-from unifl.backends import registry
+from unifl.core import registry
 
 FULL = os.environ.get("UNIFL_FULL") == "1"
 
@@ -43,12 +43,12 @@ def random_odd_modulus(bits: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def paillier_keypair(bits: int):
-    return unifl.paillier.keygen(bits)
+    return unifl.keygen(bits)
 
 
 @functools.lru_cache(maxsize=None)
 def rsa_keypair(bits: int):
-    return unifl.rsa.keygen(bits)
+    return unifl.phe_sdk.rsa.keygen(bits)
 
 
 @pytest.fixture(scope="session")

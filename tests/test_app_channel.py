@@ -9,7 +9,7 @@ import pytest
 import unifl
 from unifl.app import codec
 from unifl.app.channel import Channel, Transport, local_transports
-from unifl.errors import KeyMismatchError, PeerTimeout, SerializationError, TransportError
+from unifl.core.errors import KeyMismatchError, PeerTimeout, SerializationError, TransportError
 from unifl.phe_sdk import EncryptedArray, paillier, rsa
 
 
@@ -146,7 +146,7 @@ def test_channel_threads_and_key_registry(keys, be):
 
 def test_run_job_validates_the_job():
     from unifl.app.jobs import run_job, validate_job
-    from unifl.errors import ConfigError
+    from unifl.core.errors import ConfigError
     t = local_transports(("guest", "host"))
     chan = Channel(t["guest"], 1)
     with pytest.raises(ConfigError, match="algorithm"):

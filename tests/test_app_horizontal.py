@@ -9,7 +9,7 @@ import unifl
 from unifl.app import horizontal, reference
 from unifl.app.data import load_party
 from unifl.app.jobs import run_local
-from unifl.errors import ConfigError
+from unifl.core.errors import ConfigError
 
 BE = unifl.backend("native")
 

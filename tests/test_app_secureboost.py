@@ -11,7 +11,7 @@ from unifl.app import reference, secureboost
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_local, validate_job
 from unifl.app.metrics import roc_auc, sigmoid
-from unifl.errors import ConfigError
+from unifl.core.errors import ConfigError
 
 BE = unifl.backend("native")
 

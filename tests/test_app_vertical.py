@@ -13,8 +13,8 @@ from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import BUNDLED, load_party, sorted_ids, subsample_ids, train_test_split
 from unifl.app.jobs import run_job, run_local, validate_job
 from unifl.app.metrics import r2_score, roc_auc
-from unifl.backends import registry
-from unifl.errors import ConfigError, KeyMismatchError, PeerTimeout, SerializationError, TransportError
+from unifl.core import registry
+from unifl.core.errors import ConfigError, KeyMismatchError, PeerTimeout, SerializationError, TransportError
 
 BE = unifl.backend("native")
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import unifl
 from unifl import base_op, mod_op
 from unifl.app import codec
-from unifl.backends import registry
-from unifl.errors import (InvalidCiphertextError, OperandError, SerializationError, SignatureError,
+from unifl.core import registry
+from unifl.core.errors import (InvalidCiphertextError, OperandError, SerializationError, SignatureError,
                           WeakKeyError)
 from unifl.phe_sdk import paillier, rsa, serialize
 from unifl.phe_sdk.array import EncryptedArray

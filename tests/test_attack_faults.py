@@ -21,12 +21,12 @@ import unifl
 from unifl import base_op, mod_op
 from unifl.app import vertical
 from unifl.app.jobs import run_local
-from unifl.backends import registry
+from unifl.core import registry
 from unifl.backends.cpu import CpuBackend
 from unifl.backends.native import NativeBackend
 from unifl.base_op import DeviceBatch
 from unifl.configs import PartyConfig
-from unifl.errors import (BackendUnavailable, DeviceDataLost, EncodingOverflowError,
+from unifl.core.errors import (BackendUnavailable, DeviceDataLost, EncodingOverflowError,
                           InvalidCiphertextError, KeyMismatchError, OperandError)
 from unifl.scheduler import CountingBackend, MultiDeviceBackend, backend_from_config
 from unifl.scheduler.counting import batch_elements
@@ -370,7 +370,7 @@ def test_caller_error_in_a_split_batch_is_not_retried(faulty):
 
 
 def test_device_failure_classification():
-    import unifl.errors as errors
+    import unifl.core.errors as errors
     assert is_device_failure(RuntimeError("CUDA error 700"))
     assert is_device_failure(OSError("ioctl failed")) and is_device_failure(TimeoutError())
     assert is_device_failure(BackendUnavailable("gone")) and is_device_failure(DeviceDataLost("x"))

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from unifl import base_op, mod_op
-from unifl.backends import registry
-from unifl.backends.base import Backend
+from unifl.core import registry
+from unifl.core.backend import Backend
 from unifl.backends.gpu import _gpu_host, keys
 from unifl.backends.gpu.host import GpuHostBackend
 from unifl.backends.native import NativeBackend, _native
 from unifl.base_op import mont_context, to_limbs
-from unifl.errors import InvalidCiphertextError
+from unifl.core.errors import InvalidCiphertextError
 from unifl.phe_sdk import paillier, rsa
 
 from .conftest import paillier_keypair, rsa_keypair
@@ -190,10 +190,10 @@ def test_fused_decrypt_refuses_non_units_naming_the_element(make):
         batch = [cts[0], cts[2], cts[i]]
         c_mont = np.asarray(base_op.to_mont(be, ctx, ctx.to_limbs(batch)))
         with pytest.raises(InvalidCiphertextError, match=r"ciphertext #2 is not a unit mod n²"):
-            be.op_paillier_decrypt(sk, c_mont)
+            be.op_paillier_decrypt(sk.material, c_mont)
     # honest ciphertexts still decrypt, bit-identical to cpu
     c_mont = np.asarray(base_op.to_mont(be, ctx, ctx.to_limbs([cts[0], cts[2]])))
-    assert base_op.from_limbs(be.op_paillier_decrypt(sk, c_mont)) == [42, 42]
+    assert base_op.from_limbs(be.op_paillier_decrypt(sk.material, c_mont)) == [42, 42]
 
 
 def test_gpu_kernel_sentinel_row_reaches_the_host_code():
@@ -211,8 +211,8 @@ def test_gpu_kernel_sentinel_row_reaches_the_host_code():
 
 # ---------------------------------------------------------------- item 11: DJN table ownership
 def test_fixed_base_table_built_once_under_concurrent_first_use(monkeypatch):
-    # Two members of one multi-device backend share a key object.  Simulate 8 of them hitting a
-    # fresh key's fixed base at once; the (slow) table build must happen once.
+    # Eight threads hit a fresh key's fixed base at once on one backend instance: the (slow) table
+    # build must happen once.  State belongs to the instance: another instance builds its own.
     pk, sk = paillier.keygen(1024)
     be = _native_be()
     pk.enable_fixed_base(window=4, exp_bits=256, backend=be)
@@ -225,7 +225,8 @@ def test_fixed_base_table_built_once_under_concurrent_first_use(monkeypatch):
         real(self, pub, fb)
     monkeypatch.setattr(NativeBackend, "_build_fixed_base", slow_build)
 
-    members = [_native_be() for _ in range(8)]
+    shared = _native_be()
+    members = [shared] * 8
     results: list = [None] * 8
     errors: list = []
     barrier = threading.Barrier(8)
@@ -246,6 +247,8 @@ def test_fixed_base_table_built_once_under_concurrent_first_use(monkeypatch):
     assert len(builds) == 1
     for k in range(8):
         assert base_op.from_limbs(paillier.decrypt_limbs(be, sk, results[k])) == [k, k + 100]
+    paillier.encrypt_limbs(_native_be(), pk, pk.plaintext_limbs([1]), use_pool=False)
+    assert len(builds) == 2
 
 
 # ---------------------------------------------------------------- item 12: secret exponents

@@ -13,7 +13,7 @@ from unifl.app.channel import Channel, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import validate_job
 from unifl.app.timing import Timings
-from unifl.errors import ProtocolViolation, WeakKeyError
+from unifl.core.errors import ProtocolViolation, WeakKeyError
 from unifl.phe_sdk import EncryptedArray, paillier
 
 from .conftest import Party

@@ -25,7 +25,7 @@ from unifl.app.transport.pki import make_demo_pki
 from unifl.cli import app
 from unifl.configs import load_party
 from unifl.configs.schema import is_loopback_address
-from unifl.errors import (ConfigError, PeerQuotaExceeded, PeerTimeout, PeerUnavailable,
+from unifl.core.errors import (ConfigError, PeerQuotaExceeded, PeerTimeout, PeerUnavailable,
                           SessionError)
 from unifl.party import warn_if_insecure
 

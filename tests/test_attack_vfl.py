@@ -22,7 +22,7 @@ from unifl.app import codec, reference, vertical
 from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_job, run_local, validate_job
-from unifl.errors import (ConfigError, InsecureTransportError, PrivateKeyExposure,
+from unifl.core.errors import (ConfigError, InsecureTransportError, PrivateKeyExposure,
                           ProtocolViolation, SerializationError, TransportError, WeakKeyError)
 from unifl.phe_sdk import EncryptedArray, paillier, serialize
 

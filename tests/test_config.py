@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from unifl.configs import EXAMPLES_DIR, JobConfig, PartyConfig, load_job, load_party
-from unifl.errors import ConfigError
+from unifl.core.errors import ConfigError
 
 
 def _write(tmp_path, text, name="party.yaml"):

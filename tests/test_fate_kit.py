@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from fate.arch.protocol.phe import paillier as ref  # noqa: E402
 
-from unifl.errors import InvalidCiphertextError  # noqa: E402
+from unifl.core.errors import InvalidCiphertextError  # noqa: E402
 from unifl.fate import kit, party, register  # noqa: E402
 
 BACKENDS = ["cpu", "native"]
@@ -262,7 +262,7 @@ def test_fate_kit_refuses_received_scales_that_would_exhaust_memory(scale):
     """A kit vector arrives pickled from another party with its per-element scales; a scale
     becomes a shift (E(v)^(2^d) to lift it, v << -e to decode), so 2^40 would allocate 128 GiB
     in the receiving party.  Refused when unpickled, before any use."""
-    from unifl.errors import SerializationError
+    from unifl.core.errors import SerializationError
     sk, pk, coder = kit.keygen(1024)
     ev = pk.encrypt_encoded(coder.encode_i64_vec(np.array([1, 2])), obfuscate=True)
     fv = coder.encode_i64_vec(np.array([1, 2]))

@@ -13,15 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from unifl.mod_op import ints
 import unifl
-from unifl.base_op.montgomery import mont_mul_ref
-from unifl.errors import BackendUnavailable, ConfigError
+from unifl.core.montgomery import mont_mul_ref
+from unifl.core.errors import BackendUnavailable, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fpga(**opts):
-    pr = unifl.backends.registry.probe("fpga")
+    pr = unifl.core.registry.probe("fpga")
     if not pr.available:
         pytest.skip(f"fpga backend unavailable: {pr.reason}")
     return unifl.backend("fpga", **opts)
@@ -52,8 +53,8 @@ def test_mont_mul_matches_cpu(fpga, bits):
     cpu = unifl.backend("cpu")
     for m in (_modulus(bits), (1 << bits) - 1):
         a, b = _operands(m, 40)
-        got = fpga.mont_mul(a, b, m)
-        assert got == cpu.mont_mul(a, b, m)
+        got = ints.mont_mul(fpga, a, b, m)
+        assert got == ints.mont_mul(cpu, a, b, m)
         assert got == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
 
 
@@ -62,19 +63,19 @@ def test_mod_mul_and_mod_exp_match_cpu(fpga, bits):
     cpu = unifl.backend("cpu")
     m = _modulus(bits)
     a, b = _operands(m, 12)
-    assert fpga.mod_mul(a, b, m) == cpu.mod_mul(a, b, m)
+    assert ints.mod_mul(fpga, a, b, m) == ints.mod_mul(cpu, a, b, m)
     exps = [secrets.randbits(bits) for _ in a]
     exps[0], exps[1], exps[2] = 0, 1, (1 << (bits + 70)) - 1   # zero, one, longer than m
-    assert fpga.mod_exp(a, exps, m) == [pow(x, e, m) for x, e in zip(a, exps)]
+    assert ints.mod_exp(fpga, a, exps, m) == [pow(x, e, m) for x, e in zip(a, exps)]
     for e in (0, 1, 2, 65537, m - 2):                          # shared exponents
-        assert fpga.mod_exp(a, e, m) == [pow(x, e, m) for x in a]
+        assert ints.mod_exp(fpga, a, e, m) == [pow(x, e, m) for x in a]
 
 
 def test_mod_exp_4096_shared(fpga):
     m = _modulus(4096)
     a = [secrets.randbelow(m) for _ in range(4)]
     e = secrets.randbits(1024)
-    assert fpga.mod_exp(a, e, m) == [pow(x, e, m) for x in a]
+    assert ints.mod_exp(fpga, a, e, m) == [pow(x, e, m) for x in a]
 
 
 def test_implements_reflects_mode():
@@ -89,9 +90,9 @@ def test_ring_of_chunks_and_engines():
     be = _fpga(chunk=7, in_flight=2, engines=5, local_size=2, mode="modexp")
     m = _modulus(256)
     a, b = _operands(m, 60)
-    assert be.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    assert ints.mont_mul(be, a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
     exps = [secrets.randbits(200) for _ in a]
-    assert be.mod_exp(a, exps, m) == [pow(x, e, m) for x, e in zip(a, exps)]
+    assert ints.mod_exp(be, a, exps, m) == [pow(x, e, m) for x, e in zip(a, exps)]
 
 
 def test_window_option():
@@ -99,11 +100,12 @@ def test_window_option():
     m = _modulus(512)
     a = [secrets.randbelow(m) for _ in range(5)]
     e = [secrets.randbits(300) for _ in a]
-    assert be.mod_exp(a, e, m) == [pow(x, y, m) for x, y in zip(a, e)]
+    assert ints.mod_exp(be, a, e, m) == [pow(x, y, m) for x, y in zip(a, e)]
 
 
 def test_limb_arrays_and_device_state():
-    """The limb-level op: constants cached once per context, results (N, L) uint64."""
+    """The limb-level op: constants uploaded once per context and instance, results (N, L) uint64;
+    another instance (another card) never sees this one's buffers."""
     from unifl.base_op import mont_context, mont_mul
     be = _fpga()
     m = _modulus(1024)
@@ -111,10 +113,14 @@ def test_limb_arrays_and_device_state():
     a = ctx.to_limbs([secrets.randbelow(m) for _ in range(9)])
     out = mont_mul(be, ctx, a, a)
     assert out.dtype == np.uint64 and out.shape == a.shape
-    keys = [k for k in ctx.device_state if k.startswith("fpga")]
-    assert len(keys) == 1
+    buf = be.state.peek(ctx, "constants")
+    assert buf is not None and len(be.state) == 1
     mont_mul(be, ctx, a, a)
-    assert [k for k in ctx.device_state if k.startswith("fpga")] == keys
+    assert be.state.peek(ctx, "constants") is buf and len(be.state) == 1
+    other = _fpga(engines=16)            # options given: a new instance, as for a second card
+    assert other.state.peek(ctx, "constants") is None
+    assert np.array_equal(mont_mul(other, ctx, a, a), out)
+    assert other.state.peek(ctx, "constants") is not buf
 
 
 def test_config_errors():
@@ -144,11 +150,11 @@ def test_prebuilt_binary_path(tmp_path):
         for bits in (1024, 2048):
             m = _modulus(bits)
             a, b = _operands(m, 10)
-            assert be.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
-            assert be.mod_exp(a, 65537, m) == [pow(x, 65537, m) for x in a]
+            assert ints.mont_mul(be, a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+            assert ints.mod_exp(be, a, 65537, m) == [pow(x, 65537, m) for x in a]
     m = _modulus(192)                          # 3 limbs: not in the binary
     with pytest.raises(FpgaBuildError, match="montmul_L3.*limb counts \\[4, 8, 16, 32, 64\\]"):
-        be.mont_mul([1], [2], m)
+        ints.mont_mul(be, [1], [2], m)
 
 
 def test_wrong_binary_is_refused_with_reason(tmp_path):
@@ -164,7 +170,7 @@ def test_wrong_binary_is_refused_with_reason(tmp_path):
 def test_build_error_shows_build_log():
     be = _fpga(build_options="-DL=-1")
     with pytest.raises(BackendUnavailable) as info:
-        be.mont_mul([3], [5], _modulus(320))
+        ints.mont_mul(be, [3], [5], _modulus(320))
     msg = str(info.value)
     assert "build log" in msg and "error" in msg and "-DL=5" in msg
 
@@ -186,12 +192,12 @@ def test_rtl_emulation_model_as_binary(tmp_path):
     assert be.runtime.binary_sizes() == [16]
     m = _modulus(1024)
     a, b = _operands(m, 30)
-    assert be.mont_mul(a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    assert ints.mont_mul(be, a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
 
 
 def test_probe_without_platform_refuses(monkeypatch):
     """No OpenCL platform: probe says so and unifl.backend('fpga') raises BackendUnavailable."""
-    from unifl.backends import registry
+    from unifl.core import registry
     from unifl.backends.fpga import runtime
 
     class NoCl:
@@ -242,7 +248,7 @@ def test_squaring_uploads_once():
 def test_without_pyopencl_the_probe_says_how_to_get_it():
     """`import unifl` never needs pyopencl; the probe names what is missing."""
     code = ("import sys; sys.modules['pyopencl'] = None\n"
-            "import unifl\nfrom unifl.backends import registry\n"
+            "import unifl\nfrom unifl.core import registry\n"
             "pr = registry.probe('fpga'); print(pr.available, pr.reason)\n")
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
                          capture_output=True, text=True, timeout=120)

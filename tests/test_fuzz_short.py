@@ -19,7 +19,7 @@ import pytest
 
 from unifl.app import codec
 from unifl.configs import load_job, load_party
-from unifl.errors import ConfigError, SerializationError
+from unifl.core.errors import ConfigError, SerializationError
 from unifl.phe_sdk import serialize
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,10 +11,11 @@ import secrets
 
 import pytest
 
+from unifl.mod_op import ints
 import unifl
-from unifl.backends import registry
+from unifl.core import registry
 from unifl.backends.gpu import runtime
-from unifl.errors import BackendUnavailable
+from unifl.core.errors import BackendUnavailable
 
 from .conftest import paillier_keypair, random_odd_modulus
 
@@ -80,11 +81,11 @@ def test_device_mont_mul_mod_mul_mod_exp(bits):
     m = random_odd_modulus(bits)
     a = [0, 1, m - 1] + [secrets.randbelow(m) for _ in range(5000)]
     b = a[::-1]
-    assert gpu.mont_mul(a, b, m) == cpu.mont_mul(a, b, m)
-    assert gpu.mod_mul(a, b, m) == cpu.mod_mul(a, b, m)
+    assert ints.mont_mul(gpu, a, b, m) == ints.mont_mul(cpu, a, b, m)
+    assert ints.mod_mul(gpu, a, b, m) == ints.mod_mul(cpu, a, b, m)
     if bits <= 4096:
         e = [0, 1, m - 1] + [secrets.randbits(bits) for _ in range(500)]
-        assert gpu.mod_exp(a[:503], e, m) == cpu.mod_exp(a[:503], e, m)
+        assert ints.mod_exp(gpu, a[:503], e, m) == ints.mod_exp(cpu, a[:503], e, m)
 
 
 @pytest.mark.gpu

@@ -44,7 +44,7 @@ def test_keygen_sizes_and_primes():
     assert pk.n.bit_length() == 1024 and sk.p.bit_length() == sk.q.bit_length() == 512
     assert sk.p < sk.q and sk.p * sk.q == pk.n
     assert "p=" not in repr(sk) and str(sk.p) not in repr(sk)
-    assert unifl.paillier.DEFAULT_KEY_BITS == 2048
+    assert unifl.phe_sdk.paillier.DEFAULT_KEY_BITS == 2048
 
 
 def test_encryption_is_randomised():

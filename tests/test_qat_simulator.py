@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from unifl.backends import registry
+from unifl.core import registry
 
 pytestmark = pytest.mark.skipif(not registry.probe("qat").available,
                                 reason=f"qat unavailable: {registry.probe('qat').reason}")

@@ -19,7 +19,7 @@ import pytest
 
 import unifl
 from unifl import base_op, mod_op
-from unifl.backends import registry
+from unifl.core import registry
 from unifl.backends.cpu import CpuBackend
 from unifl.base_op import DeviceBatch, from_limbs, mont_context
 from unifl.phe_sdk import EncryptedArray, serialize

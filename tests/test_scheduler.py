@@ -11,10 +11,10 @@ import pytest
 
 import unifl
 from unifl import base_op, mod_op
-from unifl.backends import registry
-from unifl.backends.base import Backend
+from unifl.core import registry
+from unifl.core.backend import Backend
 from unifl.configs import PartyConfig
-from unifl.errors import BackendUnavailable
+from unifl.core.errors import BackendUnavailable
 from unifl.scheduler import (CountingBackend, MultiDeviceBackend, SerialExecutor, ThreadExecutor,
                              backend_from_config, calibrate)
 

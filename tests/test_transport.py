@@ -21,7 +21,7 @@ from unifl.app.channel import Channel, Transport
 from unifl.app.transport import GrpcTransport, TlsFiles
 from unifl.app.transport.envelope import (DELIVER_METHOD, PROTOCOL_VERSION, SCHEMA, Ack, Envelope,
                                           ErrorCode)
-from unifl.errors import (JobMismatchError, MalformedMessageError, MessageTooLarge, PeerClosed,
+from unifl.core.errors import (JobMismatchError, MalformedMessageError, MessageTooLarge, PeerClosed,
                           PeerTimeout, PeerUnavailable, ProtocolVersionError, SequenceError,
                           TransportError)
 

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from . import base_op, mod_op
-from .backends import registry
+from .core import registry
 from .base_op import mont_context
 from .phe_sdk import paillier
 from .phe_sdk.array import EncryptedArray

@@ -24,7 +24,7 @@ console = Console(width=None if os.environ.get("COLUMNS") else 132) \
 @app.command()
 def devices() -> None:
     """List every registered backend: available or why not, the devices it sees, stand-ins."""
-    from .backends import registry
+    from .core import registry
     table = Table(title="UniFL backends")
     for col in ("backend", "available", "devices", "stand-in", "reason"):
         table.add_column(col)
@@ -39,7 +39,7 @@ def devices() -> None:
 def check(key_bits: int = typer.Option(2048, help="Paillier key size"),
           size: int = typer.Option(64, help="vector length")) -> None:
     """Encrypt, compute and decrypt with every available backend; print what ran and check it."""
-    from .backends import registry
+    from .core import registry
     from .phe_sdk import paillier
     from .phe_sdk.array import EncryptedArray
     console.print(f"[bold]UniFL check[/bold]: Paillier {key_bits}-bit key, vectors of {size}")
@@ -89,7 +89,7 @@ def bench(suite: List[str] = typer.Option(["table2", "ops"],
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from . import bench as B
-    from .backends import registry
+    from .core import registry
     known = ("table2", "ops", "peers", "e2e")
     bad = [s for s in suite if s not in known]
     if bad:
@@ -208,7 +208,7 @@ def print_results(results: dict[str, dict], title: str) -> None:
 
 
 def _exit_code(exc: Exception) -> int:
-    from .errors import ConfigError, TransportError
+    from .core.errors import ConfigError, TransportError
     return 2 if isinstance(exc, ConfigError) else 3 if isinstance(exc, TransportError) else 1
 
 
@@ -230,7 +230,7 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
     import logging
 
     from .configs import PartyConfig, load_job, load_party, validate
-    from .errors import ConfigError, UniflError
+    from .core.errors import ConfigError, UniflError
     from .party import run_party
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -301,7 +301,7 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
     back to native/cpu and saying so); PSI-RSA on the ids, vertical LR (LinR for motor) on the
     intersection, then a table of what ran where and the held-out AUC."""
     from .demo import DemoFailed, DemoOptions, run_demo
-    from .errors import UniflError
+    from .core.errors import UniflError
     opts = DemoOptions(dataset=dataset, algorithm=algorithm, guest_config=guest_config,
                        host_config=host_config, arbiter_config=arbiter_config,
                        key_bits=key_bits, epochs=epochs, timeout=timeout, data_dir=data_dir,

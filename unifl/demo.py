@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from .configs import load_job, load_party
-from .errors import UniflError
+from .core.errors import UniflError
 
 DEMO_JOBS = {"breast": "demo_vlr_breast.yaml", "motor": "demo_vlinr_motor.yaml",
              "default_credit": "demo_vlr_default_credit.yaml"}
@@ -77,7 +77,7 @@ def _job_file(opts: DemoOptions) -> str:
     if opts.job:
         return opts.job
     if opts.dataset not in DEMO_JOBS:
-        from .errors import ConfigError
+        from .core.errors import ConfigError
         raise ConfigError(f"--dataset must be one of {sorted(DEMO_JOBS)}, got {opts.dataset!r}")
     if opts.algorithm in ALGORITHM_JOBS:
         return ALGORITHM_JOBS[opts.algorithm]
@@ -159,7 +159,7 @@ def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
     for role in roles:
         cfg = load_party(configs[role])     # config errors surface here, before any process
         if cfg.party != role:
-            from .errors import ConfigError
+            from .core.errors import ConfigError
             raise ConfigError(f"{configs[role]}: this is a {cfg.party} config, the demo needs "
                               f"a {role}")
     party_files = tls_party_configs({r: configs[r] for r in roles}, run_dir)

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .configs import JobConfig, PartyConfig, validate
-from .errors import ConfigError
+from .core.errors import ConfigError
 
 log = logging.getLogger("unifl.party")
 

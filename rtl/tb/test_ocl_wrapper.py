@@ -13,7 +13,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from unifl.base_op.montgomery import mont_context, mont_mul_ref  # noqa: E402
+from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
 
 
 @cocotb.test()

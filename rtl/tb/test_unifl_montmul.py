@@ -19,7 +19,7 @@ from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from unifl.base_op.montgomery import mont_context, mont_mul_ref  # noqa: E402
+from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
 
 CLK_NS = 10
 

@@ -4,12 +4,12 @@
 ``Channel`` encodes Python objects with :mod:`unifl.app.codec` (no pickle) and keeps a registry of
 Paillier public keys by fingerprint -- every key it sends or receives, plus keys registered by the
 party -- so an encrypted array that arrives is decoded under the key its frame names; a ciphertext
-under any other key is rejected with :class:`~unifl.errors.KeyMismatchError`.
+under any other key is rejected with :class:`~unifl.core.errors.KeyMismatchError`.
 
 Every transport says whether it is ``mutually_authenticated`` (mutual TLS, or never leaving the
 process); one without the attribute counts as not.  A private key crosses only through
 :meth:`Channel.send_private_key` / :meth:`Channel.recv_private_key`, and both refuse with
-:class:`~unifl.errors.InsecureTransportError` on a transport that is not mutually authenticated.
+:class:`~unifl.core.errors.InsecureTransportError` on a transport that is not mutually authenticated.
 Keys received are held to the channel's ``min_key_bits`` floor (the party's ``key_bits``).
 """
 
@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import InsecureTransportError, PeerTimeout, TransportError
+from ..core.errors import InsecureTransportError, PeerTimeout, TransportError
 from ..phe_sdk import paillier, rsa
 from . import codec
 

@@ -24,7 +24,7 @@ K     private key (top level) length, key JSON; made only by :func:`encode_priva
 Private keys never travel in an ordinary message: :func:`encode` refuses a private key object and
 also its JSON text smuggled as a ``str`` or ``bytes`` value, a dict key, or a JSON text nested in
 another (any text naming the kind ``paillier.private``/``rsa.private``, and any mapping with the
-private fields ``p`` and ``q``), with :class:`~unifl.errors.PrivateKeyExposure`.  The one path for
+private fields ``p`` and ``q``), with :class:`~unifl.core.errors.PrivateKeyExposure`.  The one path for
 a private key is :func:`encode_private_key` (tag K, used by ``Channel.send_private_key`` over mutual
 TLS only), and :func:`decode` accepts tag K only when called with ``allow_private_key=True``.  The
 guard recognises the key's own encodings, not an arbitrary re-encoding of its numbers (a bare prime
@@ -34,10 +34,10 @@ Keys received are held to the receiver's floor (``min_key_bits``) by their bit l
 JSON before any key object is built, so an undersized key costs no primality test.
 
 Decoding never executes anything: it accepts exactly these types, checks every length against the
-bytes that remain, limits nesting depth, and raises :class:`~unifl.errors.SerializationError` for
+bytes that remain, limits nesting depth, and raises :class:`~unifl.core.errors.SerializationError` for
 malformed, truncated, trailing or unknown-type input.  An encrypted array is decoded with the public
 key whose fingerprint its frame names, looked up among the keys the caller has registered (keys sent
-or received earlier); an unknown fingerprint raises :class:`~unifl.errors.KeyMismatchError`.
+or received earlier); an unknown fingerprint raises :class:`~unifl.core.errors.KeyMismatchError`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import KeyMismatchError, PrivateKeyExposure, SerializationError
+from ..core.errors import KeyMismatchError, PrivateKeyExposure, SerializationError
 from ..phe_sdk import paillier, rsa, serialize
 from ..phe_sdk.array import EncryptedArray
 
@@ -74,7 +74,7 @@ def fingerprint16(key: paillier.PublicKey) -> bytes:
 # ------------------------------------------------------------------ encoding
 def encode(obj: Any) -> bytes:
     """``obj`` as one versioned message; raises TypeError for a type the codec does not carry and
-    :class:`~unifl.errors.PrivateKeyExposure` (a TypeError) for a private key in any form."""
+    :class:`~unifl.core.errors.PrivateKeyExposure` (a TypeError) for a private key in any form."""
     out = bytearray(MAGIC)
     out.append(VERSION)
     _enc(obj, out, 0)

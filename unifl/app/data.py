@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 BUNDLED = Path(__file__).with_name("data")
 _LABELS = {"y", "motor_speed"}

@@ -4,7 +4,7 @@
 Clients guest and host hold rows of the same 30 features (breast_homo_{guest,host}); the arbiter
 is the aggregator.  The guest generates a Paillier key pair and gives it to the other client: the
 private key travels guest -> host only, through ``Channel.send_private_key``, which refuses
-(:class:`~unifl.errors.InsecureTransportError`) unless the transport is mutually authenticated TLS;
+(:class:`~unifl.core.errors.InsecureTransportError`) unless the transport is mutually authenticated TLS;
 both clients check that before anything else, so over an insecure link the job stops before a key
 is even generated.  The aggregator receives the public key alone and never sees a model in clear.
 Each round r:
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
+from ..core.errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
                       TransportError, WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
 from .channel import Channel

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import ConfigError, TransportError
+from ..core.errors import ConfigError, TransportError
 from .channel import ROLES, Channel
 
 #: algorithm -> (module, function) run by each party

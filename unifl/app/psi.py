@@ -29,7 +29,7 @@ import hashlib
 
 import numpy as np
 
-from ..errors import ConfigError, ProtocolViolation, SignatureError, WeakKeyError
+from ..core.errors import ConfigError, ProtocolViolation, SignatureError, WeakKeyError
 from ..phe_sdk import rsa
 from ..phe_sdk.rsa import full_domain_hash
 from .channel import Channel
@@ -88,9 +88,9 @@ def psi_guest(channel: Channel, ids: list[str], backend, timings: Timings | None
     """The client side: returns the intersection (canonical order).
 
     The host is not trusted: its key must have e = 65537 and at least ``min_key_bits`` bits
-    (:class:`~unifl.errors.WeakKeyError`), every count and value it sends is checked against this
-    party's own state (:class:`~unifl.errors.ProtocolViolation`), and every unblinded signature
-    must verify, u^e = FDH(id) mod n (:class:`~unifl.errors.SignatureError`): without that a host
+    (:class:`~unifl.core.errors.WeakKeyError`), every count and value it sends is checked against this
+    party's own state (:class:`~unifl.core.errors.ProtocolViolation`), and every unblinded signature
+    must verify, u^e = FDH(id) mod n (:class:`~unifl.core.errors.SignatureError`): without that a host
     returning another function of the ids could make the guest compute a wrong intersection or
     probe which ids it holds.
     """
@@ -129,7 +129,7 @@ def psi_host(channel: Channel, ids: list[str], backend, key_bits: int = rsa.DEFA
 
     The guest is not trusted: at most ``max_peer_ids`` blinded values, each in (0, n), are signed
     (checked before any exponentiation), and the intersection it reports must be distinct digests
-    of the host's own ids, no more than it sent (:class:`~unifl.errors.ProtocolViolation`).  Every
+    of the host's own ids, no more than it sent (:class:`~unifl.core.errors.ProtocolViolation`).  Every
     signature is verified by :meth:`unifl.phe_sdk.rsa.PrivateKey.raw_decrypt` before it leaves
     (a fault in one CRT half would hand the guest a factor of n).
     """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .metrics import sigmoid
 
 

@@ -35,7 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import ConfigError, ProtocolViolation, WeakKeyError
+from ..core.errors import ConfigError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, histogram, paillier
 from .channel import Channel
 from .data import load_party, sorted_ids, subsample_ids, train_test_split
@@ -358,7 +358,7 @@ def _is_int(x) -> bool:
 
 class HostGuard:
     """The host's own view of the tree the guest is growing, so that it answers only the queries
-    the protocol needs and refuses anything else with :class:`~unifl.errors.ProtocolViolation`
+    the protocol needs and refuses anything else with :class:`~unifl.core.errors.ProtocolViolation`
     (naming the field and the limit) before doing any work for it.
 
     The host cannot see the guest's own splits, but it knows the structure they must have: per

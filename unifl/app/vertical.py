@@ -65,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
+from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
                       WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
 from ..phe_sdk.encoding import DEFAULT_SCALE_BITS

@@ -1,7 +1,5 @@
-"""Hardware implementations of the layers: one folder per backend, registered by name."""
+"""Hardware implementations of the layers: one folder per backend, found by
+:mod:`unifl.core.registry` (plus plug-ins registered through the ``unifl.backends`` entry point group).
 
-from .base import OPS, Backend, ProbeResult
-from .registry import available, backend, backend_class, default_backend, names, probe, register
-
-__all__ = ["OPS", "Backend", "ProbeResult", "available", "backend", "backend_class",
-           "default_backend", "names", "probe", "register"]
+A backend folder imports only :mod:`unifl.core` and itself; nothing outside the folder names it.
+"""

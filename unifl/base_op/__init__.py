@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import OperandError
-from .limbs import LIMB_BITS, DeviceBatch, from_limbs, limb_count, to_limbs
-from .montgomery import MontContext, check_modulus, mont_context, mont_mul_ref
+from ..core.errors import OperandError
+from ..core.limbs import LIMB_BITS, DeviceBatch, from_limbs, limb_count, to_limbs
+from ..core.montgomery import MontContext, check_modulus, mont_context, mont_mul_ref
 
 __all__ = ["MontContext", "mont_context", "check_modulus", "mont_mul", "to_mont", "from_mont",
            "constant", "to_limbs", "from_limbs", "limb_count", "mont_mul_ref", "LIMB_BITS",

@@ -1,5 +1,5 @@
 """Load and validate the YAML files of a run; every error names the file, the field and what is
-allowed (:class:`unifl.errors.ConfigError`)."""
+allowed (:class:`unifl.core.errors.ConfigError`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .schema import JobConfig, PartyConfig
 
 EXAMPLES_DIR = Path(__file__).resolve().parent

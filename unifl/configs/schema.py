@@ -25,7 +25,7 @@ Role = Literal["guest", "host", "arbiter"]
 
 def backend_names() -> list[str]:
     """Backend names a config accepts: the known ones plus any registered (plug-in) backend."""
-    from ..backends import registry
+    from ..core import registry
     return sorted(set(KNOWN_BACKENDS) | set(registry.names()))
 
 

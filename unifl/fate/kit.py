@@ -13,7 +13,7 @@ Representation
   that holds it (0.25 -> e = 2, so products grow little); integers at ``e = 0``.
   After decryption the values are residues mod n (``modulus`` set) and are centred on decoding:
   r <= n/3 is r, r >= n - n/3 is r - n, anything between is an overflow
-  (:class:`~unifl.errors.EncodingOverflowError`).
+  (:class:`~unifl.core.errors.EncodingOverflowError`).
 * ``EV`` (ciphertexts): plain (non-Montgomery) ciphertexts mod n² as (N, L) uint64 limbs, the same
   per-element scales, and a "trivial zeros" state (``limbs is None``) for ``evaluator.zeros``,
   which FATE calls without a key: E(0) with r = 1 is the integer 1 for every modulus.
@@ -44,7 +44,7 @@ import torch
 
 from .. import base_op, mod_op
 from ..base_op import from_limbs, to_limbs
-from ..errors import EncodingOverflowError, KeyMismatchError, OperandError, SerializationError
+from ..core.errors import EncodingOverflowError, KeyMismatchError, OperandError, SerializationError
 from ..phe_sdk import paillier
 from ..phe_sdk.array import EncryptedArray
 from . import party

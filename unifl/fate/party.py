@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import threading
 
-from ..backends import Backend, registry
-from ..errors import BackendUnavailable, ConfigError
+from ..core import registry
+from ..core.backend import Backend
+from ..core.errors import BackendUnavailable, ConfigError
 
 _lock = threading.Lock()
 _chosen: Backend | None = None

@@ -9,21 +9,13 @@ import gmpy2
 import numpy as np
 
 from ..base_op import MontContext, constant, from_mont, mont_mul, operand, to_mont
-from ..base_op.limbs import from_limbs, limb_count, to_limbs
-from ..errors import OperandError
+from ..core.limbs import from_limbs, limb_count, to_limbs
+from ..core.errors import OperandError
+from ..core.exponents import exp_limbs
 from . import compose
 
 __all__ = ["mod_mul", "mod_exp", "mod_exp_secret", "mont_exp", "mont_multi_exp", "mont_prod_groups", "mont_inverse",
            "exp_limbs"]
-
-
-def exp_limbs(exps) -> np.ndarray:
-    """Exponents (one int or a sequence of non-negative ints) as a limb array (N|1, Le)."""
-    vals = [int(exps)] if isinstance(exps, (int, np.integer)) else [int(e) for e in exps]
-    if any(e < 0 for e in vals):
-        raise OperandError("exponents must be non-negative")
-    width = limb_count(max((e.bit_length() for e in vals), default=1))
-    return to_limbs(vals, width)
 
 
 def _check_exps(exps: np.ndarray, n: int) -> np.ndarray:

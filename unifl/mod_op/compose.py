@@ -8,15 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..base_op import MontContext, constant, mont_mul
-from ..base_op.limbs import from_limbs
-
-
-def window_bits(exp_bits: int) -> int:
-    """Window width minimising squarings + table + multiplications for an exponent of this length."""
-    for limit, w in ((8, 1), (24, 3), (80, 4), (240, 5), (672, 6), (2000, 7)):
-        if exp_bits <= limit:
-            return w
-    return 8
+from ..core.exponents import window_bits, window_digits as _digits
+from ..core.limbs import from_limbs
 
 
 def _mm(backend, ctx, a, b):
@@ -71,19 +64,6 @@ def _sliding_exp(backend, ctx, x, e: int):
             acc = _mm(backend, ctx, acc, table[val >> 1])
         i = j - 1
     return acc
-
-
-def _digits(exps: np.ndarray, w: int, num_windows: int) -> np.ndarray:
-    """Fixed-window digits of every exponent, shape (num_windows, N), most significant first."""
-    n, le = exps.shape
-    bits = np.unpackbits(exps.astype("<u8").view(np.uint8).reshape(n, le * 8), axis=1,
-                         bitorder="little")  # (N, 64·Le), bit k at column k
-    total = num_windows * w
-    if bits.shape[1] < total:
-        bits = np.concatenate([bits, np.zeros((n, total - bits.shape[1]), np.uint8)], axis=1)
-    bits = bits[:, :total].reshape(n, num_windows, w).astype(np.int64)
-    weights = 1 << np.arange(w, dtype=np.int64)
-    return (bits * weights).sum(axis=2).T[::-1]
 
 
 def _exp_bits(exps: np.ndarray) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import Backend, backend as _backend, default_backend
+from ..core.backend import Backend
+from ..core.registry import backend as _backend, default_backend
 
 
 def resolve_backend(backend: Backend | str | None) -> Backend:

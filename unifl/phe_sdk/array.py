@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import base_op, mod_op
 from ..base_op import DeviceBatch, from_limbs, to_limbs
-from ..errors import KeyMismatchError, OperandError
+from ..core.errors import KeyMismatchError, OperandError
 from . import encoding
 from ._util import resolve_backend
 from .paillier import PrivateKey, PublicKey, decrypt_limbs, encrypt_limbs

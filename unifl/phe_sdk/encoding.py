@@ -8,7 +8,7 @@ positive and the negative range so that overflow is *detected* on decode (a resi
 
 Growth is tracked too: every encrypted array carries an upper bound of |v| over its elements, and an
 operation whose result could exceed max_int (add, scalar multiply, matmul, sum) raises
-:class:`~unifl.errors.EncodingOverflowError` before computing.
+:class:`~unifl.core.errors.EncodingOverflowError` before computing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import EncodingOverflowError, OperandError
+from ..core.errors import EncodingOverflowError, OperandError
 
 DEFAULT_SCALE_BITS = 24
 

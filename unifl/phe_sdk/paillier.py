@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import dataclasses
 import threading
-from dataclasses import dataclass
 from typing import Sequence
 
 import gmpy2
@@ -33,8 +33,10 @@ import numpy as np
 
 from .. import base_op, mod_op
 from ..base_op import MontContext, from_limbs, mont_context, to_limbs
-from ..base_op.limbs import less_than
-from ..errors import InvalidCiphertextError, InvalidKeyError, OperandError, WeakKeyError
+from ..core.exponents import window_digits
+from ..core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
+from ..core.limbs import less_than
+from ..core.errors import InvalidCiphertextError, InvalidKeyError, OperandError, WeakKeyError
 from ._util import pad_limbs, resolve_backend
 from .primes import check_prime_pair, random_below, random_prime
 
@@ -45,21 +47,11 @@ MIN_KEY_BITS = 1024
 MAX_KEY_BITS = 8192
 
 __all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "MAX_KEY_BITS",
-           "encrypt_limbs", "decrypt_limbs", "FixedBase", "require_units"]
+           "encrypt_limbs", "decrypt_limbs", "require_units"]
 
 
 #: memory budget of the default DJN comb table (see :meth:`PublicKey.enable_fixed_base`)
 FIXED_BASE_TABLE_BYTES = 32 << 20
-
-
-@dataclass(frozen=True, eq=False)
-class FixedBase:
-    """DJN fixed base: hs = h^n mod n² (Montgomery form), exponents of ``exp_bits`` bits, comb table of
-    ``window``-bit digits: table[j, d-1] = hs^(d·2^(window·j))."""
-
-    hs_mont: np.ndarray
-    exp_bits: int
-    window: int
 
 
 class PublicKey:
@@ -88,15 +80,18 @@ class PublicKey:
         self.nsquare_ctx: MontContext = mont_context(self.nsquare)
         self.fingerprint = hashlib.sha256(b"unifl-paillier-pk" + n.to_bytes(
             (n.bit_length() + 7) // 8, "big")).hexdigest()[:32]
-        self.device_state: dict = {}
-        #: held while per-backend state in device_state is checked and built (built once per key)
-        self.state_lock = threading.RLock()
-        self.fixed_base: FixedBase | None = None
+        #: what the fused ops of a backend take (replaced when the fixed base is switched on)
+        self.material = PaillierPublicMaterial(n=n, n_ctx=self.n_ctx, nsquare_ctx=self.nsquare_ctx)
         self._pool: list[np.ndarray] = []
         self._pool_lock = threading.Lock()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PublicKey) and other.n == self.n
+
+    @property
+    def fixed_base(self) -> FixedBase | None:
+        """The DJN fixed base when :meth:`enable_fixed_base` switched it on, else None."""
+        return self.material.fixed_base
 
     def __hash__(self) -> int:
         return hash(("paillier", self.n))
@@ -181,11 +176,9 @@ class PublicKey:
         ctx = self.nsquare_ctx
         h_limbs = ctx.to_limbs([h])
         hs_mont = base_op.to_mont(be, ctx, mod_op.mod_exp(be, ctx, h_limbs, mod_op.exp_limbs(self.n)))
-        self.fixed_base = FixedBase(hs_mont=hs_mont[0].copy(), exp_bits=exp_bits, window=window)
-        return self.fixed_base
-
-    def disable_fixed_base(self) -> None:
-        self.fixed_base = None
+        fb = FixedBase(hs_mont=hs_mont[0].copy(), exp_bits=exp_bits, window=window)
+        self.material = dataclasses.replace(self.material, fixed_base=fb)
+        return fb
 
     # ---- raw API (python-paillier compatible)
     def raw_encrypt(self, plaintexts: Sequence[int], backend=None,
@@ -254,9 +247,19 @@ class PrivateKey:
         # gcd(q, p−1) = gcd(p, q−1) = 1 (always for primes of equal size) lets the key owner draw
         # obfuscation factors with half-length exponents (see _obfuscators_crt_fresh)
         self.half_exponent_obfuscation = math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1
-        self.device_state: dict = {}
-        #: held while per-backend state in device_state is checked and built (built once per key)
-        self.state_lock = threading.RLock()
+        self._material: PaillierPrivateMaterial | None = None
+
+    @property
+    def material(self) -> PaillierPrivateMaterial:
+        """What the fused ops of a backend take (follows the public key's record)."""
+        mat = self._material
+        if mat is None or mat.public_key is not self.public_key.material:
+            mat = self._material = PaillierPrivateMaterial(
+                public_key=self.public_key.material, p=self.p, q=self.q,
+                psquare_ctx=self.psquare_ctx, qsquare_ctx=self.qsquare_ctx, hp=self.hp, hq=self.hq,
+                q_inverse=self.q_inverse, qsquare_inverse=self.qsquare_inverse,
+                half_exponent_obfuscation=self.half_exponent_obfuscation)
+        return mat
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<paillier.PrivateKey for {self.public_key!r}>"
@@ -374,7 +377,7 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
         fb = pk.fixed_base
         a = to_limbs(random_below(1 << fb.exp_bits, count), -(-fb.exp_bits // 64))
         if be.implements("paillier_encrypt_fixed_base"):
-            return be.op_paillier_encrypt_fixed_base(pk, m, a)
+            return be.op_paillier_encrypt_fixed_base(pk.material, m, a)
         return _finish(be, pk, m, _fixed_base_obfuscators(be, pk, a))
     if private_key is not None:
         if r is None and private_key.half_exponent_obfuscation:
@@ -384,7 +387,7 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
     if r is None:
         r = pk.random_r(count)
     if be.implements("paillier_encrypt"):
-        return be.op_paillier_encrypt(pk, m, r)
+        return be.op_paillier_encrypt(pk.material, m, r)
     r_mont = base_op.to_mont(be, ctx, pad_limbs(r, ctx.num_limbs))
     return _finish(be, pk, m, mod_op.mont_exp(be, ctx, r_mont, mod_op.exp_limbs(pk.n)))
 
@@ -430,36 +433,33 @@ def _crt_combine(be, sk: "PrivateKey", halves_spec) -> np.ndarray:
 def _fixed_base_table(be, pk: PublicKey) -> np.ndarray:
     """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key.
 
-    Built under the key's lock: members of one multi-device backend share the key, and the table is
-    built once, by whichever asks first."""
+    Held by the backend instance, keyed by the key's record: a new fixed base (a new record) never
+    meets an old table, and the build runs once however many threads ask at the same time."""
+    return be.state.get(pk.material, "fixed_base_table", lambda: _build_fixed_base_table(be, pk))
+
+
+def _build_fixed_base_table(be, pk: PublicKey) -> np.ndarray:
     fb = pk.fixed_base
-    key = ("fixed_base_table", be.name)
-    with pk.state_lock:
-        cached = pk.device_state.get(key)
-        if cached is not None and cached[0] is fb:
-            return cached[1]
-        ctx = pk.nsquare_ctx
-        nwin = -(-fb.exp_bits // fb.window)
-        per = (1 << fb.window) - 1
-        table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
-        base = fb.hs_mont[None, :].copy()
-        for j in range(nwin):
-            table[j, 0] = base[0]
-            for d in range(1, per):
-                table[j, d] = base_op.mont_mul(be, ctx, table[j, d - 1:d], base, checked=False)[0]
-            for _ in range(fb.window):
-                base = base_op.mont_mul(be, ctx, base, base, checked=False)
-        pk.device_state[key] = (fb, table)
-        return table
+    ctx = pk.nsquare_ctx
+    nwin = -(-fb.exp_bits // fb.window)
+    per = (1 << fb.window) - 1
+    table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
+    base = fb.hs_mont[None, :].copy()
+    for j in range(nwin):
+        table[j, 0] = base[0]
+        for d in range(1, per):
+            table[j, d] = base_op.mont_mul(be, ctx, table[j, d - 1:d], base, checked=False)[0]
+        for _ in range(fb.window):
+            base = base_op.mont_mul(be, ctx, base, base, checked=False)
+    return table
 
 
 def _fixed_base_obfuscators(be, pk: PublicKey, a: np.ndarray) -> np.ndarray:
     """hs^a for each row of ``a``, as a grouped product of comb-table entries (Montgomery form)."""
-    from ..mod_op.compose import _digits
     fb = pk.fixed_base
     table = _fixed_base_table(be, pk)
     nwin = table.shape[0]
-    digits = _digits(a, fb.window, nwin)[::-1]          # (nwin, N), least significant first
+    digits = window_digits(a, fb.window, nwin)[::-1]          # (nwin, N), least significant first
     j_idx, rows = np.nonzero(digits)
     entries = table[j_idx, digits[j_idx, rows] - 1]
     return mod_op.mont_prod_groups(be, pk.nsquare_ctx, entries, rows, a.shape[0])
@@ -472,7 +472,7 @@ def decrypt_limbs(backend, sk: PrivateKey, c_mont: np.ndarray) -> np.ndarray:
     if c_mont.shape[0] == 0:
         return np.empty((0, pk.n_ctx.num_limbs), np.uint64)
     if be.implements("paillier_decrypt"):
-        return be.op_paillier_decrypt(sk, c_mont)
+        return be.op_paillier_decrypt(sk.material, c_mont)
     c = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, c_mont))
     halves = []
     for prime, sq_ctx, h in ((sk.p, sk.psquare_ctx, sk.hp), (sk.q, sk.qsquare_ctx, sk.hq)):

@@ -6,7 +6,7 @@ import secrets
 
 import gmpy2
 
-from ..errors import WeakKeyError
+from ..core.errors import WeakKeyError
 
 
 def random_prime(bits: int) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import mod_op
 from ..base_op import from_limbs, mont_context
-from ..errors import OperandError, SignatureError, WeakKeyError
+from ..core.errors import OperandError, SignatureError, WeakKeyError
 from ._util import resolve_backend
 from .primes import check_prime_pair, random_below, random_prime
 

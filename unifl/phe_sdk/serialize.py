@@ -20,16 +20,16 @@ Encrypted arrays are one binary frame (all integers little-endian)::
 Decoding checks magic, version, length, checksum, key fingerprint, that the shape's element count
 (computed with Python ints, at most 2^63 − 1, at most MAX_NDIM dimensions) matches the payload
 exactly and that every ciphertext lies in [1, n²), and raises
-:class:`~unifl.errors.SerializationError` or :class:`~unifl.errors.KeyMismatchError` naming the
+:class:`~unifl.core.errors.SerializationError` or :class:`~unifl.core.errors.KeyMismatchError` naming the
 problem.  Every ciphertext must also be a unit mod n² (gcd(c, n) = 1), else
-:class:`~unifl.errors.InvalidCiphertextError`: a multiple of p or q would let whoever gets the key
+:class:`~unifl.core.errors.InvalidCiphertextError`: a multiple of p or q would let whoever gets the key
 owner to decrypt it factor n.  The CRC detects corruption, not tampering: an authenticated channel
 (mutual TLS) protects frames in transit.
 
 Keys read by :func:`key_from_json` are checked for size (and RSA's e = 65537) before any primality
 test or exponentiation: the party's floor here, the SDK's limits first thing in the key constructors.  Every key-parameter
 refusal (too small, above the party's floor, above MAX_KEY_BITS = 8192 bits, e != 65537) is a
-:class:`~unifl.errors.WeakKeyError`; a malformed document is a SerializationError.
+:class:`~unifl.core.errors.WeakKeyError`; a malformed document is a SerializationError.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import zlib
 import numpy as np
 
 from .. import base_op
-from ..base_op.limbs import less_than
-from ..errors import KeyMismatchError, SerializationError, WeakKeyError
+from ..core.limbs import less_than
+from ..core.errors import KeyMismatchError, SerializationError, WeakKeyError
 from . import paillier, rsa
 from ._util import resolve_backend
 from .array import EncryptedArray
@@ -223,3 +223,34 @@ def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) 
     be = resolve_backend(backend)
     return EncryptedArray(public_key, base_op.to_mont(be, ctx, plain), tuple(shape), scale, bound,
                           be)
+
+
+# ---------------------------------------------------------------- one pair for every object
+def dumps(obj: "paillier.PublicKey | paillier.PrivateKey | rsa.PublicKey | rsa.PrivateKey | EncryptedArray"
+          ) -> bytes:
+    """A key as its JSON document (UTF-8), an encrypted array as one binary frame.
+
+    Private keys hold secrets: store them like any private key file, never log them."""
+    if isinstance(obj, EncryptedArray):
+        return array_to_bytes(obj)
+    return key_to_json(obj).encode()
+
+
+def loads(data: bytes | str, public_key: "paillier.PublicKey | None" = None,
+          backend=None, min_bits: int | None = None):
+    """Inverse of :func:`dumps`: a frame (it starts with ``b"UFLC"``) becomes an EncryptedArray and
+    needs the ``public_key`` it was made under; anything else is read as a key document.
+
+    Raises:
+        SerializationError: malformed data, or a frame without ``public_key``.
+        KeyMismatchError, InvalidCiphertextError, WeakKeyError: see :func:`array_from_bytes` and
+            :func:`key_from_json`.
+    """
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if raw[:4] == FRAME_MAGIC:
+        if public_key is None:
+            raise SerializationError("a ciphertext frame needs the public_key it was made under")
+        return array_from_bytes(raw, public_key, backend)
+    if public_key is not None:
+        raise SerializationError("public_key given, but the data is not a ciphertext frame")
+    return key_from_json(raw, min_bits=min_bits)

@@ -4,7 +4,7 @@ batches split across several devices least-loaded first, every op counted per ba
 ``backend_from_config(cfg)`` is the entry point; its result has the op_* interface of any Backend,
 ``.report()`` (op, backend, device, calls, elements, seconds) and ``.selection`` (what was asked,
 what ran, and why).  A backend failing mid-run hands its batch to the next backend of the chain
-(``unifl.scheduler.fallback``).  The QAT two-stage pipeline lives in ``unifl.scheduler.pipeline``.
+(``unifl.scheduler.fallback``).  The QAT two-stage pipeline lives in ``unifl.backends.qat.pipeline``.
 """
 
 from .counting import CountingBackend

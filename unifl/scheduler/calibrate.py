@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..backends.base import Backend
+from ..core.backend import Backend
 
 log = logging.getLogger("unifl.scheduler")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.base import OPS, Backend
+from ..core.backend import OPS, Backend
 from .fallback import ChainMember, is_device_failure, own_batch_of
 
 

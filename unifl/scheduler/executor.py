@@ -58,5 +58,5 @@ def make_executor(kind: str, workers: int) -> Executor:
         return SerialExecutor()
     if kind == "threads":
         return ThreadExecutor(workers)
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     raise ConfigError(f"executor must be 'threads' or 'serial', got {kind!r}")

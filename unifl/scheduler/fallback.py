@@ -3,7 +3,7 @@ devices, exactly the failed pieces) is re-run on the next backend of the party's
 
 What counts as a device failure (:func:`is_device_failure`) -- the backend broke, the inputs are fine:
 
-* :class:`~unifl.errors.BackendUnavailable` raised mid-run (a driver that lost its device, a QAT
+* :class:`~unifl.core.errors.BackendUnavailable` raised mid-run (a driver that lost its device, a QAT
   session closed, an OpenCL build that vanished);
 * ``OSError`` (and its subclasses: ``TimeoutError`` of a hung card, a ``ctypes`` call into a driver
   library that failed), ``RuntimeError`` (the CUDA runtime's ``CUDA error ...``, a C++ extension's
@@ -31,7 +31,7 @@ lazily, at the first failure: an honest run starts and pays for nothing more tha
 Inputs that are device-resident results of the failed backend (``DeviceBatch``) are read back
 through the NumPy array protocol before the re-run.  That works as long as the device memory is
 still readable (the failed call's error was not a lost context); when it is not, the values exist
-nowhere else, and :class:`~unifl.errors.DeviceDataLost` says so (the job must go back to its last
+nowhere else, and :class:`~unifl.core.errors.DeviceDataLost` says so (the job must go back to its last
 checkpoint).  Batches that were already fetched are read from their host copy.
 """
 
@@ -42,9 +42,9 @@ import sys
 import threading
 from typing import Any, Callable
 
-from ..backends.base import Backend
-from ..base_op.limbs import DeviceBatch
-from ..errors import BackendUnavailable, DeviceDataLost, UniflError
+from ..core.backend import Backend
+from ..core.limbs import DeviceBatch
+from ..core.errors import BackendUnavailable, DeviceDataLost, UniflError
 
 log = logging.getLogger("unifl.scheduler")
 

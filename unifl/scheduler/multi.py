@@ -32,8 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backends.base import OPS, Backend
-from ..errors import BackendUnavailable
+from ..core.backend import OPS, Backend
+from ..core.errors import BackendUnavailable
 from .executor import Executor, SerialExecutor
 from .fallback import ChainMember, is_device_failure, own_batch_of
 

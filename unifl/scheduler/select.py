@@ -20,9 +20,9 @@ import logging
 import secrets
 from typing import Any, Callable
 
-from ..backends import registry
-from ..backends.base import Backend
-from ..errors import BackendUnavailable, ConfigError
+from ..core import registry
+from ..core.backend import Backend
+from ..core.errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
 from .executor import make_executor

@@ -59,7 +59,7 @@ from pathlib import Path
 import grpc
 
 from ...configs.schema import is_loopback_address
-from ...errors import (ConfigError, JobMismatchError, MalformedMessageError, MessageTooLarge,
+from ...core.errors import (ConfigError, JobMismatchError, MalformedMessageError, MessageTooLarge,
                        PeerClosed, PeerQuotaExceeded, PeerTimeout, PeerUnavailable,
                        ProtocolVersionError, SequenceError, SessionError, TransportError)
 from .envelope import (DELIVER_METHOD, PROTOCOL_VERSION, SERVICE, Ack, Envelope, ErrorCode)

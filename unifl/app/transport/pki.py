@@ -18,7 +18,7 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from .grpc_transport import ROLES, TlsFiles
 
 CA_CERT = "ca.pem"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import gmpy2
 import numpy as np
 
-from ...base_op import MontContext
-from ...base_op.limbs import from_limbs, to_limbs
-from ..base import Backend, ProbeResult
+from ...core.montgomery import MontContext
+from ...core.limbs import from_limbs, to_limbs
+from ...core.backend import Backend, ProbeResult
 
 
 def _ints(a: np.ndarray) -> list:
@@ -30,13 +30,10 @@ class CpuBackend(Backend):
     def probe(cls) -> ProbeResult:
         return ProbeResult(True, f"gmpy2 {gmpy2.version()}", ["host CPU (gmpy2, 1 thread)"])
 
-    @staticmethod
-    def _rinv(ctx: MontContext):
-        st = ctx.device_state.get("cpu")
-        if st is None:
-            st = ctx.device_state["cpu"] = (gmpy2.mpz(ctx.m), gmpy2.invert(ctx.R, ctx.m),
-                                            gmpy2.mpz(ctx.r_mod))
-        return st
+    def _rinv(self, ctx: MontContext) -> tuple:
+        """(m, R^−1 mod m, R mod m) as gmpy2 integers, once per modulus."""
+        return self.state.get(ctx, "gmp", lambda: (gmpy2.mpz(ctx.m), gmpy2.invert(ctx.R, ctx.m),
+                                                   gmpy2.mpz(ctx.r_mod)))
 
     def op_mont_mul(self, ctx, a, b):
         m, rinv, _ = self._rinv(ctx)

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ...base_op import MontContext
-from ...errors import BackendUnavailable, ConfigError
-from ..base import Backend, ProbeResult
+from ...core.montgomery import MontContext
+from ...core.errors import BackendUnavailable, ConfigError
+from ...core.backend import Backend, ProbeResult
 
 MODES = ("montmul", "modexp")
 
@@ -73,7 +73,6 @@ class FpgaBackend(Backend):
             binary=binary, engines=engines, chunk=chunk, in_flight=in_flight,
             local_size=local_size, build_options=build_options)
         # the state key includes the runtime's identity: two instances never share device buffers
-        self._key = f"fpga:{id(self.runtime)}"
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -103,12 +102,9 @@ class FpgaBackend(Backend):
     def _consts(self, ctx: MontContext):
         """The modulus constants on the device, uploaded once per context (UniFL: key parameters
         passed once, not per batch)."""
-        buf = ctx.device_state.get(self._key)
-        if buf is None:
-            from ...base_op.limbs import to_limbs
-            buf = self.runtime.upload_constants(ctx.m_limbs, to_limbs([ctx.r_mod], ctx.num_limbs)[0])
-            ctx.device_state[self._key] = buf
-        return buf
+        from ...core.limbs import to_limbs
+        return self.state.get(ctx, "constants", lambda: self.runtime.upload_constants(
+            ctx.m_limbs, to_limbs([ctx.r_mod], ctx.num_limbs)[0]))
 
     # ---- BASE OP
     def op_mont_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -119,7 +115,7 @@ class FpgaBackend(Backend):
     def op_mont_exp(self, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
         """x̄^e in the Montgomery domain (x̄ = x·R mod m in, x^e·R mod m out), looped on the device
         by fixed windows of w bits: ~ebits squarings + ebits/w multiplications + 2^w table."""
-        from ...mod_op.compose import window_bits
+        from ...core.exponents import window_bits
         ebits = _exp_bits(exps)
         w = self.window or min(window_bits(max(ebits, 1)), 6)
         return self.runtime.mont_exp(self._consts(ctx), ctx.n0inv,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BackendUnavailable
+from ...core.errors import BackendUnavailable
 
 KERNEL_DIR_PACKAGE = "unifl.backends.fpga"
 #: The stand-in we run on when no FPGA is present.

@@ -36,8 +36,8 @@ import os
 
 import numpy as np
 
-from ...errors import BackendUnavailable
-from ..base import ProbeResult
+from ...core.errors import BackendUnavailable
+from ...core.backend import ProbeResult
 from .kernel_backend import KernelBackend, _c
 
 

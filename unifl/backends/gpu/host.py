@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ..base import ProbeResult
+from ...core.backend import ProbeResult
 from .kernel_backend import KernelBackend
 
 try:

@@ -3,8 +3,8 @@
 (the same bodies compiled by g++ and run on the host CPU, ``host.HostEngine``).
 
 An engine takes key blobs (``keys.py``) prepared once per modulus / key and canonical limb batches
-``(N, L)`` (see ``unifl.base_op.limbs``), and returns canonical batches.  Ops mapped onto the
-native-op contract of ``unifl.backends.base.OPS``:
+``(N, L)`` (see ``unifl.core.limbs``), and returns canonical batches.  Ops mapped onto the
+native-op contract of ``unifl.core.backend.OPS``:
 
 =================  ==========================================================================
 mont_mul           MontMult kernel; also the homomorphic ciphertext addition (c̄1·c̄2·R^-1)
@@ -27,14 +27,14 @@ compose them from the MontMult kernel.
 
 from __future__ import annotations
 
-import threading
+
 from typing import Any, Protocol
 
 import numpy as np
 
-from ...base_op import MontContext
-from ...errors import InvalidCiphertextError, OperandError
-from ..base import Backend
+from ...core.montgomery import MontContext
+from ...core.errors import InvalidCiphertextError, OperandError
+from ...core.backend import Backend
 from . import keys
 
 
@@ -54,7 +54,6 @@ MONT_EXP, MOD_EXP = 0, 1   # ExpMode in kernels.cuh
 KIND_CTX, KIND_PUB, KIND_PRIV = 0, 1, 2   # key blob kinds (keys.py)
 
 
-_PREPARE_LOCK = threading.RLock()   # for holders without a state_lock of their own (contexts)
 
 
 def _c(a: np.ndarray) -> np.ndarray:
@@ -69,17 +68,9 @@ class KernelBackend(Backend):
                             "mont_multi_exp", "paillier_encrypt", "paillier_decrypt"})
     engine: Engine
 
-    # ---- per-key constants, prepared (uploaded) once and kept in the key's device_state
-    def _key(self, holder, build, kind: int) -> Any:
-        st = holder.device_state.get(self.name)
-        if st is None:
-            # one owner per key: two threads sharing a key (members of one multi-device backend)
-            # prepare / upload its blob once
-            with getattr(holder, "state_lock", None) or _PREPARE_LOCK:
-                st = holder.device_state.get(self.name)
-                if st is None:
-                    st = holder.device_state[self.name] = self.engine.prepare(build(holder), kind)
-        return st
+    # ---- per-key constants, prepared (uploaded) once per instance, weakly keyed by the key record
+    def _key(self, holder: Any, build: Any, kind: int) -> Any:
+        return self.state.get(holder, kind, lambda: self.engine.prepare(build(holder), kind))
 
     def _ctx(self, ctx: MontContext) -> Any:
         if ctx.num_limbs > keys.MAX_LIMBS:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...base_op import MontContext, mont_context
-from ...base_op.limbs import limb_count, to_limbs
+from ...core.montgomery import MontContext, mont_context
+from ...core.limbs import limb_count, to_limbs
 
 MAX_LIMBS = 128  # largest instantiated size class: 8192-bit moduli
 

@@ -19,8 +19,8 @@ import threading
 
 import numpy as np
 
-from ...base_op.limbs import DeviceBatch
-from ...errors import BackendUnavailable, OperandError
+from ...core.limbs import DeviceBatch
+from ...core.errors import BackendUnavailable, OperandError
 
 HERE = os.path.dirname(__file__)
 LIB_NAME = "libunifl_gpu.so"

@@ -15,12 +15,14 @@ the wrappers here only make views contiguous, so a layout the SDK produces never
 from __future__ import annotations
 
 import os
-import threading
+from typing import Any
 
 import numpy as np
 
-from ...base_op import MontContext
-from ..base import Backend, ProbeResult
+from ...core.keys import PaillierPublicMaterial
+from ...core.limbs import to_limbs
+from ...core.montgomery import MontContext
+from ...core.backend import Backend, ProbeResult
 
 try:
     from . import _native
@@ -28,13 +30,7 @@ except ImportError as exc:  # extension not built
     _native = None
     _IMPORT_ERROR = str(exc)
 
-# Per-key state (the C++ key objects and the DJN table) is built under the key's own ``state_lock``
-# so that two threads sharing a key -- two members of one multi-device backend -- build it once.
-_FALLBACK_LOCK = threading.RLock()
 
-
-def _state_lock(holder) -> "threading.RLock":
-    return getattr(holder, "state_lock", None) or _FALLBACK_LOCK
 
 
 _c = np.ascontiguousarray
@@ -64,12 +60,9 @@ class NativeBackend(Backend):
     def devices(self) -> list[str]:
         return [f"host CPU ({self.threads} threads)"]
 
-    @staticmethod
-    def modulus(ctx: MontContext):
-        mod = ctx.device_state.get("native")
-        if mod is None:
-            mod = ctx.device_state["native"] = _native.Modulus(ctx.m_limbs)
-        return mod
+    def modulus(self, ctx: MontContext) -> Any:
+        """The C++ Montgomery context of ``ctx`` (OpenSSL BN_MONT_CTX), built once per instance."""
+        return self.state.get(ctx, "modulus", lambda: _native.Modulus(ctx.m_limbs))
 
     # ---- base_op / mod_op
     def op_mont_mul(self, ctx, a, b):
@@ -98,16 +91,10 @@ class NativeBackend(Backend):
     def op_mont_inverse(self, ctx, a_mont):
         return _native.mont_inverse(self.modulus(ctx), _c(a_mont), self.threads)
 
-    # ---- fused Paillier (keys carry their per-backend state in key.device_state)
-    def _pub(self, pk):
-        st = pk.device_state.get("native")
-        if st is None:
-            with _state_lock(pk):
-                st = pk.device_state.get("native")
-                if st is None:
-                    st = pk.device_state["native"] = _native.PaillierPublic(
-                        self.modulus(pk.nsquare_ctx), pk.n_ctx.m_limbs)
-        return st
+    # ---- fused Paillier (per-key C++ objects in self.state, keyed by the key records)
+    def _pub(self, pk: PaillierPublicMaterial) -> Any:
+        return self.state.get(pk, "public", lambda: _native.PaillierPublic(
+            self.modulus(pk.nsquare_ctx), pk.n_ctx.m_limbs))
 
     def op_paillier_encrypt(self, pk, m, r):
         return self._pub(pk).encrypt(_c(m), _c(r), self.threads)
@@ -118,31 +105,21 @@ class NativeBackend(Backend):
 
     def op_paillier_encrypt_fixed_base(self, pk, m, a):
         pub = self._pub(pk)
-        fb = pk.fixed_base
-        if pk.device_state.get("native_fb") is not fb:
-            # check and build under the key's lock: built once per FixedBase, however many
-            # threads encrypt with a fresh key at the same time
-            with _state_lock(pk):
-                if pk.device_state.get("native_fb") is not fb:
-                    self._build_fixed_base(pub, fb)
-                    pk.device_state["native_fb"] = fb
+        # a record's fixed base never changes (a new base makes a new record): built once, under
+        # the state's lock, however many threads encrypt with a fresh key at the same time
+        self.state.get(pk, "fixed_base", lambda: self._build_fixed_base(pub, pk.fixed_base) or True)
         return pub.encrypt_fixed_base(_c(m), _c(a), self.threads)
 
     def op_paillier_decrypt(self, sk, c_mont):
         """CRT decryption, constant-time exponentiations.  Raises InvalidCiphertextError (from the
         extension) naming the first element that is not a unit mod n²."""
-        st = sk.device_state.get("native")
-        if st is None:
-            with _state_lock(sk):
-                st = sk.device_state.get("native")
-                if st is None:
-                    L = sk.public_key.n_ctx.num_limbs
-                    from ...base_op.limbs import to_limbs
+        def build() -> Any:
+            L = sk.public_key.n_ctx.num_limbs
 
-                    def one(v):
-                        return to_limbs([v], L)[0]
-                    st = sk.device_state["native"] = _native.PaillierPrivate(
-                        self._pub(sk.public_key), self.modulus(sk.psquare_ctx),
-                        self.modulus(sk.qsquare_ctx), one(sk.p), one(sk.q), one(sk.hp),
-                        one(sk.hq), one(sk.q_inverse))
-        return st.decrypt(_c(c_mont), self.threads)
+            def one(v: int) -> np.ndarray:
+                return to_limbs([v], L)[0]
+            return _native.PaillierPrivate(
+                self._pub(sk.public_key), self.modulus(sk.psquare_ctx),
+                self.modulus(sk.qsquare_ctx), one(sk.p), one(sk.q), one(sk.hp),
+                one(sk.hq), one(sk.q_inverse))
+        return self.state.get(sk, "private", build).decrypt(_c(c_mont), self.threads)

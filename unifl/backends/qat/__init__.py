@@ -7,7 +7,7 @@ QAT's only big-number primitive is ModExp, so this backend runs natively:
   buffer pool, big-endian and size-class padding at that boundary only), with an IPCL-style
   ``cpu_share`` of the ModExps computed by the ``native`` backend at the same time;
 * ``mont_exp`` the same, leaving and re-entering the Montgomery domain on the CPU;
-* ``paillier_encrypt`` as the two-stage pipeline of Alg. 6 (``unifl.scheduler.pipeline``): r^n on
+* ``paillier_encrypt`` as the two-stage pipeline of Alg. 6 (``unifl.backends.qat.pipeline``): r^n on
   QAT, (1 + m·n)·r^n on the CPU as soon as each r^n lands;
 * ``mont_multi_exp`` (ciphertext × plaintext matmul) as Alg. 7 when ``matmul_on_qat=True``: the
   K·N ModExps y_j^(x_kj) on QAT, each row's product folded on the CPU as results land.  Off by
@@ -44,9 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from ...base_op import MontContext, from_mont, to_mont
-from ...errors import BackendUnavailable, ConfigError
-from ..base import Backend, ProbeResult
+from ...core.limbs import to_limbs
+from ...core.montgomery import MontContext
+from ...core.errors import BackendUnavailable, ConfigError
+from ...core.backend import Backend, ProbeResult
 from . import runtime
 
 
@@ -77,7 +78,7 @@ class QatBackend(Backend):
         self.matmul_on_qat = bool(matmul_on_qat)
         self.cpu_share = share
         self._library, self._simulator, self._section = library, simulator, section
-        from .. import registry
+        from ...core import registry
         if not registry.probe("native").available:
             raise BackendUnavailable("backend 'qat' needs the 'native' backend for its CPU-side "
                                      f"ModMult: {registry.probe('native').reason}")
@@ -139,7 +140,7 @@ class QatBackend(Backend):
 
     def op_mont_multi_exp(self, ctx, bases_mont, exps):
         if self.matmul_on_qat:  # Alg. 7: K·N ModExps on QAT, products folded on the CPU
-            from ...scheduler.pipeline import mont_multi_exp
+            from .pipeline import mont_multi_exp
             return mont_multi_exp(self, ctx, bases_mont, exps)
         return self.cpu.op_mont_multi_exp(ctx, bases_mont, exps)
 
@@ -148,21 +149,24 @@ class QatBackend(Backend):
 
     # ---- QAT side
     def op_mod_exp(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
-        from ...scheduler.pipeline import hybrid_mod_exp
+        from .pipeline import hybrid_mod_exp
         return hybrid_mod_exp(self, ctx, base, exps)
 
     def op_mod_exp_secret(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
         """Secret exponents: on the card as ``mod_exp``, but the host's share and its recomputations
         through the constant-time native op (the pipeline reaches the CPU only as ``.cpu``)."""
-        from ...scheduler.pipeline import hybrid_mod_exp
+        from .pipeline import hybrid_mod_exp
         return hybrid_mod_exp(_SecretSide(self), ctx, base, exps)
 
     def op_mont_exp(self, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
-        base = from_mont(self.cpu, ctx, base_mont)
-        return to_mont(self.cpu, ctx, self.op_mod_exp(ctx, base, exps))
+        n = base_mont.shape[0]
+        one = np.repeat(to_limbs([1], ctx.num_limbs), n, axis=0)
+        r2 = np.repeat(to_limbs([ctx.r2], ctx.num_limbs), n, axis=0)
+        base = self.cpu.op_mont_mul(ctx, np.ascontiguousarray(base_mont, dtype=np.uint64), one)
+        return self.cpu.op_mont_mul(ctx, np.asarray(self.op_mod_exp(ctx, base, exps)), r2)
 
     def op_paillier_encrypt(self, pk, m: np.ndarray, r: np.ndarray) -> np.ndarray:
-        from ...scheduler.pipeline import paillier_encrypt
+        from .pipeline import paillier_encrypt
         return paillier_encrypt(self, pk, m, r)
 
 

@@ -24,7 +24,7 @@ import glob
 import os
 import threading
 
-from ...errors import BackendUnavailable
+from ...core.errors import BackendUnavailable
 
 try:
     from . import _qat

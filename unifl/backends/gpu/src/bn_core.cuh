@@ -2,7 +2,7 @@
 // harness (the same text is compiled by nvcc for the device and by g++ for the CPU).
 //
 // Numbers are little-endian 64-bit limbs.  A function works on L limbs (the modulus' own limb count,
-// so R = 2^(64·L) exactly as in unifl.base_op) held in local arrays of a compile-time capacity LMAX
+// so R = 2^(64·L) exactly as in unifl.core.montgomery) held in local arrays of a compile-time capacity LMAX
 // (the instantiated size class, see kernels.cuh): loops run to the runtime L, arrays are sized LMAX.
 //
 // Math (Montgomery 1985; CIOS schedule of Koç, Acar and Kaliski 1996):

@@ -21,7 +21,7 @@
 //
 // Size classes.  LMAX (array capacity) is a template parameter instantiated for 16, 32, 48, 64, 96
 // and 128 limbs; a modulus of L limbs runs in the smallest class >= L (any 64..8192-bit modulus).
-// Loops run to the real L, so R = 2^(64·L) exactly as in unifl.base_op and results are bit-identical.
+// Loops run to the real L, so R = 2^(64·L) exactly as in unifl.core.montgomery and results are bit-identical.
 #pragma once
 
 #include "bn_core.cuh"

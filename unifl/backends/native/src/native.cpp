@@ -963,7 +963,7 @@ struct PaillierPrivate {
         if (first != bad.end()) {
             // the typed error of the SDK (a ValueError), raised here so that no caller of the
             // extension can receive the degenerate halves
-            py::object err = py::module_::import("unifl.errors").attr("InvalidCiphertextError");
+            py::object err = py::module_::import("unifl.core.errors").attr("InvalidCiphertextError");
             std::string msg = "ciphertext #" + std::to_string(first - bad.begin()) +
                               " is not a unit mod n² (a CRT half of its decryption degenerates); "
                               "refused, since decrypting it could reveal the key";

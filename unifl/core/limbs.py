@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import OperandError
+from .errors import OperandError
 
 LIMB_BITS = 64
 LIMB_BYTES = 8

@@ -1,4 +1,6 @@
-"""Backends registered by name; ``unifl.backend(name)`` returns one or raises BackendUnavailable."""
+"""Backends registered by name: every folder of ``unifl/backends/`` (found, not listed) and every
+plug-in of the ``unifl.backends`` entry point group.  ``unifl.backend(name)`` returns one or raises
+BackendUnavailable."""
 
 from __future__ import annotations
 
@@ -6,10 +8,10 @@ import importlib
 import os
 import pkgutil
 import threading
-from typing import Callable
+from typing import Any, Callable
 
-from ..errors import BackendUnavailable
-from .base import OPS, Backend, ProbeResult
+from .errors import BackendUnavailable
+from .backend import OPS, Backend, ProbeResult
 
 
 def _discover() -> dict[str, str]:
@@ -18,7 +20,7 @@ def _discover() -> dict[str, str]:
     Adding a backend means adding a folder; nothing here is edited.  Modules are imported lazily (on
     first probe), so a missing driver or toolkit never breaks ``import unifl``.
     """
-    here = os.path.dirname(__file__)
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "backends")
     found = {}
     for info in pkgutil.iter_modules([here]):
         if info.ispkg and not info.name.startswith("_"):
@@ -93,8 +95,14 @@ def available() -> list[str]:
     return [n for n in names() if probe(n).available]
 
 
-def backend(name: str = "native", **options) -> Backend:
-    """The backend called ``name``; raises BackendUnavailable with the probe's reason."""
+def backend(name: str | None = None, **options: Any) -> Backend:
+    """The backend called ``name`` (shared instance; a new one when options are given), or with no
+    name the default: the fastest backend that needs no special hardware (native if built, else
+    cpu).  Raises BackendUnavailable with the probe's reason, ConfigError for an unknown option."""
+    if name is None:
+        if options:
+            raise BackendUnavailable("options need a backend name")
+        return default_backend()
     if options:
         return _create(name, options)
     with _lock:

@@ -112,3 +112,8 @@ class PrivateKeyExposure(UniflError, TypeError):
 class DeviceDataLost(BackendUnavailable):
     """Values held only in the memory of a device that failed cannot be read back, so the work that
     needs them cannot be re-run on another backend; the job has to resume from a checkpoint."""
+
+
+class DeviceError(UniflError, RuntimeError):
+    """A device (GPU, FPGA card, QAT instance) or its driver failed while running an op: a launch, a
+    copy, a request that came back failed.  The scheduler's fallback chain hands the batch on."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import OperandError
+from .errors import OperandError
 from .limbs import LIMB_BITS, limb_count, to_limbs
 
 MAX_MODULUS_BITS = 16384
@@ -35,8 +35,6 @@ class MontContext:
     r_mod: int
     r2: int
     m_limbs: np.ndarray = field(repr=False)
-    #: per-backend device state (uploaded constants, OpenSSL BN_MONT_CTX, ...), keyed by backend name
-    device_state: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def R(self) -> int:  # noqa: N802 - the paper's name

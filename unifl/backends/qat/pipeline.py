@@ -15,7 +15,7 @@ the CPU (native, on a thread of its own) at the same time.  A task the device co
 request, operand over 8192 bits, session closed under it) is recomputed on the CPU: every task lands
 exactly once, whichever way it went.
 
-Everything here is stated in limbs (``unifl.base_op.limbs`` layout); results are bit-identical to
+Everything here is stated in limbs (``unifl.core.limbs`` layout); results are bit-identical to
 the ``cpu`` backend.
 """
 
@@ -28,8 +28,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import base_op
-from ..base_op import MontContext, from_limbs, to_limbs
+from ...core.exponents import exp_limbs
+from ...core.limbs import from_limbs, to_limbs
+from ...core.montgomery import MontContext
 
 __all__ = ["PipelineStats", "run_modexp_pipeline", "hybrid_mod_exp", "paillier_encrypt",
            "paillier_encrypt_sequential", "mont_multi_exp"]
@@ -150,7 +151,7 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
 def _finish_device_chunk(qat, ctx, base, exps, job, idx, finish, st) -> None:
     """Stage 2 for rows that landed from the device: take their ModExp results (recomputing on the
     CPU the ones flagged FAILED), then run ``finish`` on them."""
-    from ..backends.qat._qat import FAILED
+    from ._qat import FAILED
     t = time.perf_counter()
     res, flags = job.rows(idx)
     bad = np.flatnonzero(flags == FAILED)
@@ -177,12 +178,23 @@ def hybrid_mod_exp(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
 
 
 # ------------------------------------------------------------------ Paillier encryption (Alg. 6)
-def _r3(ctx: MontContext) -> np.ndarray:
-    """R³ mod m as one limb row: MontMult(x, R³) = x·R², cached on the context."""
-    r3 = ctx.device_state.get("qat_r3")
-    if r3 is None:
-        r3 = ctx.device_state["qat_r3"] = to_limbs([pow(ctx.R, 3, ctx.m)], ctx.num_limbs)
-    return r3
+def _mm(cpu, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """MontMult on the CPU side; a one-row ``b`` applies to every row of ``a``."""
+    a = np.ascontiguousarray(a, dtype=np.uint64)
+    if b.shape[0] == 1 and a.shape[0] != 1:
+        b = np.broadcast_to(b, a.shape)
+    if a.shape[0] == 0:
+        return np.empty(a.shape, np.uint64)
+    return np.asarray(cpu.op_mont_mul(ctx, a, np.ascontiguousarray(b, dtype=np.uint64)))
+
+
+def _row(ctx: MontContext, value: int) -> np.ndarray:
+    return to_limbs([value % ctx.m], ctx.num_limbs)
+
+
+def _r3(qat, ctx: MontContext) -> np.ndarray:
+    """R³ mod m as one limb row (MontMult(x, R³) = x·R²), once per modulus."""
+    return qat.state.get(ctx, "r3", lambda: _row(ctx, pow(ctx.R, 3, ctx.m)))
 
 
 def _gm(pk, m_rows: np.ndarray) -> np.ndarray:
@@ -191,19 +203,19 @@ def _gm(pk, m_rows: np.ndarray) -> np.ndarray:
     return to_limbs([1 + x * n for x in from_limbs(m_rows)], pk.nsquare_ctx.num_limbs)
 
 
-def _modmult_into(cpu, pk, out: np.ndarray, m: np.ndarray, idx: np.ndarray, rn: np.ndarray
+def _modmult_into(qat, pk, out: np.ndarray, m: np.ndarray, idx: np.ndarray, rn: np.ndarray
                   ) -> None:
     """Alg. 6 line 7 in Montgomery form: out[idx] = (1 + m·n)·r^n·R mod n², as
     MontMult(MontMult(g^m, R³), r^n) = g^m·R²·r^n·R^-1, on the CPU (native)."""
     ctx = pk.nsquare_ctx
-    gm_r2 = base_op.mont_mul(cpu, ctx, _gm(pk, m[idx]), _r3(ctx), checked=False)
-    out[idx] = base_op.mont_mul(cpu, ctx, gm_r2, rn, checked=False)
+    gm_r2 = _mm(qat.cpu, ctx, _gm(pk, m[idx]), _r3(qat, ctx))
+    out[idx] = _mm(qat.cpu, ctx, gm_r2, rn)
 
 
 def _paillier_operands(pk, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from ..mod_op import exp_limbs
-    from ..phe_sdk._util import pad_limbs
-    return pad_limbs(r, pk.nsquare_ctx.num_limbs), exp_limbs(pk.n)
+    padded = np.zeros((r.shape[0], pk.nsquare_ctx.num_limbs), np.uint64)
+    padded[:, :r.shape[1]] = r
+    return padded, exp_limbs(pk.n)
 
 
 def paillier_encrypt(qat, pk, m: np.ndarray, r: np.ndarray,
@@ -213,8 +225,7 @@ def paillier_encrypt(qat, pk, m: np.ndarray, r: np.ndarray,
     ctx = pk.nsquare_ctx
     base, e = _paillier_operands(pk, r)
     out = np.empty((m.shape[0], ctx.num_limbs), np.uint64)
-    cpu = qat.cpu
-    run_modexp_pipeline(qat, ctx, base, e, lambda idx, rn: _modmult_into(cpu, pk, out, m, idx, rn),
+    run_modexp_pipeline(qat, ctx, base, e, lambda idx, rn: _modmult_into(qat, pk, out, m, idx, rn),
                         stats=stats)
     return out
 
@@ -229,7 +240,7 @@ def paillier_encrypt_sequential(qat, pk, m: np.ndarray, r: np.ndarray,
     rn = hybrid_mod_exp(qat, ctx, base, e, stats=PipelineStats())
     t1 = time.perf_counter()
     out = np.empty((m.shape[0], ctx.num_limbs), np.uint64)
-    _modmult_into(qat.cpu, pk, out, m, np.arange(m.shape[0]), rn)
+    _modmult_into(qat, pk, out, m, np.arange(m.shape[0]), rn)
     st.tasks += m.shape[0]
     st.cpu_stage_seconds += time.perf_counter() - t1
     st.wall_seconds += time.perf_counter() - t0
@@ -245,22 +256,21 @@ def mont_multi_exp(qat, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarr
     stage 2 folds each landed group into its row's accumulator on the CPU: the group's results
     enter the Montgomery domain, are multiplied per row (one grouped product) and into acc[k].
     """
-    from .. import mod_op
     k, n, le = exps.shape
     cpu = qat.cpu
-    acc = base_op.constant(ctx, ctx.r_mod, k)
+    acc = np.repeat(_row(ctx, ctx.r_mod), k, axis=0)
     if k == 0 or n == 0:
         return acc
-    base = base_op.from_mont(cpu, ctx, np.ascontiguousarray(bases_mont))
+    base = _mm(cpu, ctx, np.ascontiguousarray(bases_mont), _row(ctx, 1))   # out of the domain
     tasks_base = np.ascontiguousarray(np.tile(base, (k, 1)))            # task t = row·N + j
     tasks_exp = np.ascontiguousarray(exps.reshape(k * n, le))
 
     def fold(idx: np.ndarray, res: np.ndarray) -> None:
         rows = idx // n
         present, group = np.unique(rows, return_inverse=True)
-        res_mont = base_op.to_mont(cpu, ctx, res)
-        prods = mod_op.mont_prod_groups(cpu, ctx, res_mont, group.astype(np.int64), present.size)
-        acc[present] = base_op.mont_mul(cpu, ctx, acc[present], prods, checked=False)
+        res_mont = _mm(cpu, ctx, res, _row(ctx, ctx.r2))
+        prods = cpu.op_mont_prod_groups(ctx, res_mont, group.astype(np.int64), present.size)
+        acc[present] = _mm(cpu, ctx, acc[present], np.asarray(prods))
 
     run_modexp_pipeline(qat, ctx, tasks_base, tasks_exp, fold, stats=stats)
     return acc

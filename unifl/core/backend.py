@@ -1,0 +1,78 @@
+"""The ``Backend`` base class: registered by name, with a probe and a declaration of what it does
+natively (SecretFlow-HEU style).
+
+A backend implements natively a subset of the ops of :mod:`unifl.core.contract`, each as a method
+``op_<name>``, and lists them in ``native_ops``; everything else is composed by the layer that owns the
+op, on the same backend.  Only ``mont_mul`` (the base op) is mandatory.  A backend declares its
+options as a pydantic model (``options_model``, checked by the party schema, unknown keys refused),
+and keeps per-key and per-modulus state in ``self.state`` (:class:`unifl.core.state.DeviceState`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .contract import OPS
+from .state import DeviceState
+
+__all__ = ["Backend", "ProbeResult", "OPS"]
+
+
+@dataclass
+class ProbeResult:
+    """What a backend's probe found: usable or not, why, and which devices it sees."""
+
+    available: bool
+    reason: str = ""
+    devices: list[str] = field(default_factory=list)
+    stand_in: str | None = None  # e.g. "PoCL (OpenCL on the CPU)", "QAT simulator"; None for real hardware
+
+
+class Backend:
+    """Base class of backends.  Subclasses set ``name`` and ``native_ops`` and define ``op_<name>``
+    with the signatures of :class:`unifl.core.contract.OpContract`.  Python-int conveniences over
+    any backend are in :mod:`unifl.mod_op.ints`."""
+
+    name: ClassVar[str] = "abstract"
+    native_ops: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, **unknown: Any) -> None:
+        if unknown:
+            from .errors import ConfigError
+            raise ConfigError(f"backend {self.name!r}: unknown option(s) {', '.join(sorted(unknown))}")
+        self.probe_result: ProbeResult | None = None
+        #: state this instance derived from keys and moduli (weakly keyed by them)
+        self.state = DeviceState()
+
+    # ---- registration-time description --------------------------------------------------------
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        """Answer whether this backend can run here (cheap, cached by the registry)."""
+        return ProbeResult(True, "always available")
+
+    def implements(self, op: str) -> bool:
+        """True when ``op`` runs natively on this backend (else the generic composition is used)."""
+        return op in self.native_ops
+
+    @property
+    def devices(self) -> list[str]:
+        return self.probe_result.devices if self.probe_result else []
+
+    def own_batch(self, x) -> Any:
+        """``x`` in the form this backend's ``op_*`` take: a contiguous ``uint64`` host array here.
+        A backend that keeps results in device memory (``unifl.core.limbs.DeviceBatch``) overrides this
+        to pass its own batches through untouched; the layers call it instead of converting, so they
+        never branch on hardware and never fetch what the backend can use in place."""
+        return np.ascontiguousarray(x, dtype=np.uint64)
+
+    def describe(self) -> str:
+        pr = self.probe_result
+        extra = f" [{pr.stand_in}]" if pr and pr.stand_in else ""
+        return f"{self.name}{extra}"
+
+    def __repr__(self) -> str:
+        return f"<unifl backend {self.describe()}>"
+

@@ -1,0 +1,113 @@
+"""The op contract: every operation a backend may implement natively, as typed signatures.
+
+A backend implements a subset of these methods (``op_<name>``) and lists the names in
+``native_ops``; only ``mont_mul``, the base op, is mandatory.  Everything else is composed once,
+generically, by the layer that owns it (:mod:`unifl.base_op`, :mod:`unifl.mod_op`,
+:mod:`unifl.phe_sdk`) from the layer below, on the same backend.
+
+Arguments are batches in the canonical layout (:mod:`unifl.core.limbs`): ``uint64`` arrays of shape
+(N, L), or a backend's own :class:`~unifl.core.limbs.DeviceBatch`; results may be either, and every
+consumer reads them through the NumPy array protocol.  Exponent batches are (N, Le) or (1, Le)
+(:mod:`unifl.core.exponents`).  "Montgomery form" means x̄ = x·R mod m with R = 2^(64·L).
+The fused Paillier ops take the plain key records of :mod:`unifl.core.keys`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Protocol, Union
+
+import numpy as np
+
+from .keys import PaillierPrivateMaterial, PaillierPublicMaterial
+from .limbs import DeviceBatch
+from .montgomery import MontContext
+
+#: a batch of limbs: a host array of shape (N, L) or a backend's device-resident batch
+Limbs = Union[np.ndarray, DeviceBatch]
+
+
+class OpContract(Protocol):
+    """Typed signatures of the native ops (a backend defines the ones it lists in ``native_ops``)."""
+
+    # ---- base_op
+    def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
+        """a·b·R^−1 mod m, element-wise over (N, L) batches."""
+        ...
+
+    # ---- mod_op
+    def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
+        """a·b mod m."""
+        ...
+
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
+        """base^e mod m; ``exps`` (N|1, Le)."""
+        ...
+
+    def op_mod_exp_secret(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
+        """base^e mod m for a SECRET e (and base): running time independent of their values beyond
+        their limb counts.  Declared only by a backend whose exponentiation is constant time."""
+        ...
+
+    def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
+        """(x^e)·R mod m for x̄ = x·R mod m: in and out of the Montgomery domain."""
+        ...
+
+    def op_mont_multi_exp(self, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray) -> Limbs:
+        """(K, L): out[k] = ∏_i base_i^e_ki, Montgomery form; ``exps`` (K, N, Le)."""
+        ...
+
+    def op_mont_prod_groups(self, ctx: MontContext, a_mont: Limbs, groups: np.ndarray,
+                            num_groups: int) -> Limbs:
+        """(G, L): the product of the rows of each group (``groups`` (N,) int64), Montgomery form;
+        R mod m for an empty group."""
+        ...
+
+    def op_mont_inverse(self, ctx: MontContext, a_mont: Limbs) -> Limbs:
+        """(x^−1)·R mod m for a = x·R: Montgomery form in and out; ValueError when some x shares a
+        factor with m."""
+        ...
+
+    # ---- phe_sdk: fused Paillier
+    def op_paillier_encrypt(self, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
+        """(1 + m·n)·r^n mod n², Montgomery form mod n²; m, r (N, Ln)."""
+        ...
+
+    def op_paillier_encrypt_fixed_base(self, pk: PaillierPublicMaterial, m: Limbs,
+                                       a: np.ndarray) -> Limbs:
+        """(1 + m·n)·hs^a mod n², Montgomery form (DJN variant); a (N, La)."""
+        ...
+
+    def op_paillier_encrypt_owner(self, sk: PaillierPrivateMaterial, m: Limbs, yp: np.ndarray,
+                                  yq: np.ndarray) -> Limbs:
+        """Key-owner encryption with the CRT, Montgomery form mod n²:
+        (1 + m·n)·CRT(yp^p mod p², yq^q mod q²) mod n², yp in [1, p) (N, Lp), yq in [1, q) (N, Lq).
+        The exponents p and q are secret: constant-time exponentiation where the backend has it."""
+        ...
+
+    def op_paillier_encrypt_owner_fixed_base(self, sk: PaillierPrivateMaterial, m: Limbs,
+                                             a: np.ndarray) -> Limbs:
+        """Key-owner DJN encryption with the CRT: (1 + m·n)·CRT(hs^a mod p², hs^a mod q²) mod n²,
+        from comb tables of hs mod p² and mod q² (half-size moduli); a (N, La)."""
+        ...
+
+    def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
+        """m (N, Ln) from Montgomery-form ciphertexts (N, L2), with the CRT; refuses (ValueError
+        naming the element) a ciphertext whose CRT half is not ≡ 1 mod p after c^(p−1)."""
+        ...
+
+
+#: op name -> signature, in contract order
+SIGNATURES: dict[str, inspect.Signature] = {
+    name[3:]: inspect.signature(fn)
+    for name, fn in vars(OpContract).items() if name.startswith("op_")}
+
+#: every op name of the contract
+OPS: tuple[str, ...] = tuple(SIGNATURES)
+
+
+def describe(op: str) -> str:
+    """``op_<name>(…)`` with its one-line meaning, for reports and error messages."""
+    fn = getattr(OpContract, f"op_{op}")
+    doc = (fn.__doc__ or "").strip().splitlines()[0]
+    return f"op_{op}{SIGNATURES[op]}: {doc}"

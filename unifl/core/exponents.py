@@ -1,0 +1,46 @@
+"""Exponent layout shared by every layer and backend: exponent batches as limb arrays, window widths,
+fixed-window digits.
+
+An exponent batch has shape (N, Le) (one exponent per element) or (1, Le) (one shared by the batch),
+little-endian 64-bit limbs like every other batch (:mod:`unifl.core.limbs`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from .errors import OperandError
+from .limbs import limb_count, to_limbs
+
+
+def exp_limbs(exps: int | Iterable[int]) -> np.ndarray:
+    """Exponents (one int, or a sequence of non-negative ints) as a limb array (N|1, Le)."""
+    vals = [int(exps)] if isinstance(exps, (int, np.integer)) else [int(e) for e in exps]
+    if any(e < 0 for e in vals):
+        raise OperandError("exponents must be non-negative")
+    width = limb_count(max((e.bit_length() for e in vals), default=1))
+    return to_limbs(vals, width)
+
+
+def window_bits(exp_bits: int) -> int:
+    """Window width minimising squarings + table + multiplications for an exponent of this length."""
+    for limit, w in ((8, 1), (24, 3), (80, 4), (240, 5), (672, 6), (2000, 7)):
+        if exp_bits <= limit:
+            return w
+    return 8
+
+
+def window_digits(exps: np.ndarray, w: int, num_windows: int) -> np.ndarray:
+    """Fixed-window digits of every exponent, shape (num_windows, N), most significant first:
+    row j holds bits [w·(num_windows−1−j), w·(num_windows−j)) of each exponent."""
+    n, le = exps.shape
+    bits = np.unpackbits(exps.astype("<u8").view(np.uint8).reshape(n, le * 8), axis=1,
+                         bitorder="little")  # (N, 64·Le), bit k at column k
+    total = num_windows * w
+    if bits.shape[1] < total:
+        bits = np.concatenate([bits, np.zeros((n, total - bits.shape[1]), np.uint8)], axis=1)
+    bits = bits[:, :total].reshape(n, num_windows, w).astype(np.int64)
+    weights = 1 << np.arange(w, dtype=np.int64)
+    return (bits * weights).sum(axis=2).T[::-1]  # type: ignore[no-any-return]

@@ -1,0 +1,65 @@
+"""Plain key-material records: what the fused Paillier ops of a backend need from a key, and nothing
+of the key objects of :mod:`unifl.phe_sdk.paillier` (which build them).
+
+Records are immutable; a key that changes (the DJN fixed base switched on) gets a new record, so
+state a backend derived from the old one (:class:`unifl.core.state.DeviceState`) is never reused.
+Identity is the record object: records compare and hash by identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .montgomery import MontContext
+
+
+@dataclass(frozen=True, eq=False)
+class FixedBase:
+    """DJN fixed base of a public key: hs = h^n mod n² (Montgomery form), random exponents of
+    ``exp_bits`` bits, comb digits of ``window`` bits (table[j, d−1] = hs^(d·2^(window·j)))."""
+
+    hs_mont: np.ndarray = field(repr=False)
+    exp_bits: int
+    window: int
+
+
+@dataclass(frozen=True, eq=False)
+class PaillierPublicMaterial:
+    """n, with the Montgomery contexts of n and n², and the DJN fixed base when it is on."""
+
+    n: int
+    n_ctx: MontContext = field(repr=False)
+    nsquare_ctx: MontContext = field(repr=False)
+    fixed_base: FixedBase | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PaillierPrivateMaterial:
+    """p < q with the CRT constants of decryption and of key-owner encryption.
+
+    * ``hp`` = L_p(g^(p−1) mod p²)^−1 mod p (``hq`` likewise), ``q_inverse`` = q^−1 mod p;
+    * ``qsquare_inverse`` = (q²)^−1 mod p² (Garner's constant for x mod n² from x mod p², x mod q²);
+    * ``half_exponent_obfuscation``: gcd(q, p−1) = gcd(p, q−1) = 1, so the key owner may draw
+      obfuscators as y_p^p mod p², y_q^q mod q² (see ``paillier_encrypt_owner`` in the op contract).
+    """
+
+    public_key: PaillierPublicMaterial = field(repr=False)
+    p: int = field(repr=False)
+    q: int = field(repr=False)
+    psquare_ctx: MontContext = field(repr=False)
+    qsquare_ctx: MontContext = field(repr=False)
+    hp: int = field(repr=False)
+    hq: int = field(repr=False)
+    q_inverse: int = field(repr=False)
+    qsquare_inverse: int = field(repr=False)
+    half_exponent_obfuscation: bool = True
+
+    @property
+    def psquare(self) -> int:
+        return self.psquare_ctx.m
+
+    @property
+    def qsquare(self) -> int:
+        return self.qsquare_ctx.m
