@@ -1,4 +1,4 @@
-"""Fuzz the YAML config loaders ``unifl.configs.load.load_party`` and ``load_job`` (user input: a
+"""Fuzz the YAML config loaders ``unifl.configs.load.load_party`` and ``unifl.app.params.load_job`` (user input: a
 party's hardware/network file and the job file, possibly received from another site).
 
 Input layout: one mode byte (bit 0: 0 = party config, 1 = job config), then the file's bytes (not
@@ -22,6 +22,7 @@ import yaml
 
 with atheris.instrument_imports(include=["unifl"]):  # coverage feedback from UniFL
     import _common
+    from unifl.app import params as job_params
     from unifl.configs import load
 
 # $TMPDIR: fuzz/run.py points it into the run's temporary directory, removed after the run
@@ -50,7 +51,7 @@ def test_one(data: bytes) -> None:
     if not data:
         return
     PATH.write_bytes(data[1:])
-    loader = load.load_job if data[0] & 1 else load.load_party
+    loader = job_params.load_job if data[0] & 1 else load.load_party
     try:
         loader(PATH)
     except _common.EXPECTED:

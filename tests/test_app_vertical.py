@@ -13,6 +13,7 @@ from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import BUNDLED, load_party, sorted_ids, subsample_ids, train_test_split
 from unifl.app.jobs import run_job, run_local, validate_job
 from unifl.app.metrics import r2_score, roc_auc
+from unifl.app.params import params_of
 from unifl.core import registry
 from unifl.core.errors import ConfigError, KeyMismatchError, PeerTimeout, SerializationError, TransportError
 
@@ -20,7 +21,9 @@ BE = unifl.backend("native")
 
 
 def job(algorithm="vlr", dataset="breast", parties=("guest", "host"), seed=7, **params):
-    base = {"epochs": 3, "batch_size": 128, "learning_rate": 0.15, "tol": None}
+    # a PSI-only job has no training parameters (an unknown parameter is an error)
+    base = {} if algorithm == "psi" else {"epochs": 3, "batch_size": 128, "learning_rate": 0.15,
+                                          "tol": None}
     base.update(params)
     return {"job_id": "t", "algorithm": algorithm, "dataset": dataset, "parties": list(parties),
             "seed": seed, "key_bits": 1024, "params": base}
@@ -29,7 +32,7 @@ def job(algorithm="vlr", dataset="breast", parties=("guest", "host"), seed=7, **
 def reference_for(j, ids=None, **over):
     j = validate_job(j)
     task = "lr" if j["algorithm"].endswith("vlr") else "linr"
-    p = vertical.VerticalParams.from_job(j["params"])
+    p = params_of(j)
     if ids is None:
         ids = sorted_ids(load_party(j["dataset"], "guest").ids)
     mg = vertical.prepare("guest", j["dataset"], ids, p, j["seed"], None)

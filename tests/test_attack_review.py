@@ -46,7 +46,7 @@ def _hostile_host_root(sb_job, forge):
     guest = Party(lambda: secureboost._guest(job, p, g, BE, Timings(), ids, None, False), g)
     pk = h.recv("guest", "sbt/pk")
     n, fh = bins.shape
-    h.send("guest", "sbt/info", {"rows": int(n), "features": int(fh)})
+    h.send("guest", "sbt/info", {"rows": int(n), "features": int(fh), "scale_bits": p.scale_bits})
     enc_gh = h.recv("guest", "sbt/t0/gh")
     level = h.recv("guest", "sbt/t0/level")
     assert level["depth"] == 0

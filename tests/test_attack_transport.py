@@ -38,7 +38,7 @@ def _write(tmp_path: Path, text: str, name: str = "party.yaml") -> Path:
     return p
 
 
-# ---- item 6: no plaintext off the loopback ----------------------------------------------------
+# ---- no plaintext off the loopback ----------------------------------------------------
 @pytest.mark.parametrize("text,field", [
     ("party: guest\nnetwork: {peers: {host: '10.0.0.5:50052'}}\n", "network.peers.host"),
     ("party: host\nnetwork: {listen: '0.0.0.0:50053'}\n", "network.listen"),
@@ -118,7 +118,7 @@ def test_transport_refuses_plaintext_off_the_loopback_too():
         g.close()
 
 
-# ---- item 7 (a): authenticate before recording anything about the claimed sender -------------
+# ---- authenticate before recording anything about the claimed sender -------------
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     d = tmp_path_factory.mktemp("pki")
@@ -198,7 +198,7 @@ def test_a_spoofed_sender_cannot_poison_the_guest_host_stream(pki):
         h.close()
 
 
-# ---- item 7 (b): bounded queues per peer -------------------------------------------------------
+# ---- bounded queues per peer -------------------------------------------------------
 def _pair(**kw):
     g = GrpcTransport("guest", "127.0.0.1:0", {}, "job1", timeout_s=T)
     h = GrpcTransport("host", "127.0.0.1:0", {"guest": g.address}, "job1", timeout_s=T, **kw)
@@ -244,7 +244,7 @@ def test_quota_config_is_validated(tmp_path):
         load_party(p)
 
 
-# ---- item 7 (c, d): sessions -------------------------------------------------------------------
+# ---- sessions -------------------------------------------------------------------
 class Recorder:
     """A man in the middle on the loopback that keeps the raw bytes of every envelope."""
 
@@ -354,12 +354,12 @@ def test_a_second_session_is_accepted_when_the_job_resumes():
 
 
 def test_job_resume_reaches_the_transport(tmp_path):
-    from unifl.configs import load_job
+    from unifl.app.params import load_job
     job = load_job(_write(tmp_path, "job_id: j\nalgorithm: psi\nresume: true\n", "job.yaml"))
     assert job.resume is True and "resume" not in job.to_job()
 
 
-# ---- item 13: a network partition ends the wait within liveness_s ------------------------------
+# ---- a network partition ends the wait within liveness_s ------------------------------
 class PausableProxy:
     """TCP relay on the loopback; ``partition()`` holds every byte in both directions (the peer
     process stays alive, connections stay open, nothing gets through), ``heal()`` lets them go."""

@@ -78,7 +78,7 @@ class HostileHost:
         self.n, self.guest_dim = start["n"], start["dim"]
         self.ch.send("guest", "vfl/start", {"n": self.n, "dim": self.claim_dim,
                                             "batch_size": self.job["params"]["batch_size"],
-                                            "epochs": []})
+                                            "scale_bits": 24, "epochs": []})
         self.pk_g = self.ch.recv("guest", "vfl/pk")
         self.ch.send("guest", "vfl/pk", self.pk)
         return reference.batches(self.n, self.job["params"]["batch_size"], SEED, 0,
@@ -103,7 +103,7 @@ def read_high_bits(residues: list[int], n: int, shift: int) -> np.ndarray:
     return np.array([float((v - n if v > n // 2 else v) / (1 << shift)) for v in residues])
 
 
-# ------------------------------------------------------------------ item 2: masks uniform mod n
+# ------------------------------------------------------------------ masks uniform mod n
 def test_lying_bound_does_not_shrink_the_mask(host_keys):
     """The host puts 2^200 at row j of its [[z_h]] and claims an overflow bound of 1.  With a mask
     sized from that bound, the guest's gradient Xᵀd carries X_g[j]·2^(200+48) far above the mask,
@@ -157,7 +157,7 @@ def test_peer_frame_scale_is_not_trusted(host_keys):
     assert isinstance(err, ProtocolViolation) and "scale" in str(err)
 
 
-# ------------------------------------------------------------------ item 3: short batches
+# ------------------------------------------------------------------ short batches
 def solve_residual(X: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """The honest-but-curious attack: the minimum-norm d with Xᵀd = grad.  When the batch has no
     more rows than X has columns (and full row rank), this *is* the peer's residual."""
@@ -253,7 +253,7 @@ def test_arbiter_variant_uses_the_same_rule():
         reference.check_schedule(5, -1, 5, "guest 5 features with the intercept, host 3")
 
 
-# ------------------------------------------------------------------ item 4: decryption requests
+# ------------------------------------------------------------------ decryption requests
 def test_host_sends_back_the_guests_u(host_keys):
     """The host returns the guest's [[u]] (its labels: u = −2y± in the first batch) as its
     'masked gradient': the wrong shape, refused before decryption."""
@@ -369,7 +369,7 @@ def test_arbiter_refuses_requests_outside_the_agreed_shape():
     assert isinstance(out.get("err"), ProtocolViolation) and "different" in str(out["err"])
 
 
-# ------------------------------------------------------------------ item 5: the private key
+# ------------------------------------------------------------------ the private key
 HLR_JOB = {"job_id": "h", "algorithm": "hlr", "dataset": "breast",
            "parties": ["guest", "host", "arbiter"], "seed": 1, "key_bits": 1024,
            "params": {"rounds": 1}}
@@ -469,7 +469,7 @@ def test_codec_still_carries_public_keys_and_ordinary_text(host_keys):
         codec.encode([serialize.key_to_json(rsk)])
 
 
-# ------------------------------------------------------------------ item 10: received-key floor
+# ------------------------------------------------------------------ received-key floor
 def test_undersized_keys_refused_before_any_primality_test(monkeypatch):
     pk, sk = paillier.keygen(1024)
     calls = []
@@ -506,7 +506,7 @@ def test_vertical_refuses_peer_key_below_the_job_size(host_keys):
     assert isinstance(err, WeakKeyError) and "1024" in str(err)
 
 
-# ------------------------------------------------------------------ item 13: checkpoints
+# ------------------------------------------------------------------ checkpoints
 class _StopAt(LocalTransport):
     """A party that stops (its process dies) when it is about to send ``tag``."""
 
@@ -576,7 +576,8 @@ def test_host_inflating_its_feature_count_is_refused():
     ch.recv("guest", "vfl/ids_digest")
     start = ch.recv("guest", "vfl/start")
     assert start["dim"] == D_GUEST
-    ch.send("guest", "vfl/start", {"n": start["n"], "dim": 63, "batch_size": 64, "epochs": []})
+    ch.send("guest", "vfl/start", {"n": start["n"], "dim": 63, "batch_size": 64, "scale_bits": 24,
+                                   "epochs": []})
     guest.join()
     ch.close()
     assert isinstance(guest.error, ProtocolViolation), guest.error

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from unifl.app import codec
-from unifl.configs import load_job, load_party
+from unifl.app.params import load_job
+from unifl.configs import load_party
 from unifl.core.errors import ConfigError, SerializationError
 from unifl.phe_sdk import serialize
 
@@ -121,5 +122,5 @@ def test_yaml_loaders_still_accept_aliases(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(json.dumps({"job_id": "j", "algorithm": "vlr"}) + "\n")
     assert load_job(path).job_id == "j"
-    path.write_text("job_id: j\nalgorithm: vlr\nparams: {a: &x [1, 2], b: *x}\n")
-    assert load_job(path).params["b"] == [1, 2]
+    path.write_text("job_id: j\nalgorithm: vlr\nparams: {epochs: &x 3, max_rows: *x}\n")
+    assert load_job(path).params.max_rows == 3

@@ -29,8 +29,9 @@ from typing import Any
 
 import yaml
 
-from .configs import load_job, load_party
-from .core.errors import UniflError
+from .app.params import PARAMS, load_job
+from .configs import load_party
+from .core.errors import ConfigError, UniflError
 
 DEMO_JOBS = {"breast": "demo_vlr_breast.yaml", "motor": "demo_vlinr_motor.yaml",
              "default_credit": "demo_vlr_default_credit.yaml"}
@@ -77,7 +78,6 @@ def _job_file(opts: DemoOptions) -> str:
     if opts.job:
         return opts.job
     if opts.dataset not in DEMO_JOBS:
-        from .core.errors import ConfigError
         raise ConfigError(f"--dataset must be one of {sorted(DEMO_JOBS)}, got {opts.dataset!r}")
     if opts.algorithm in ALGORITHM_JOBS:
         return ALGORITHM_JOBS[opts.algorithm]
@@ -89,12 +89,18 @@ def _job_file(opts: DemoOptions) -> str:
 def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
     """Write the job file every party runs: the shipped demo job that fits the dataset and the
     algorithm, with the options applied (``--epochs``: epochs; rounds for hlr, trees for
-    secureboost)."""
+    secureboost).  A shipped job run as a related algorithm (``psi+vlr``'s file as ``vlr``) keeps
+    only the parameters that algorithm has (no PSI step: no ``drop_fraction``)."""
     job = load_job(_job_file(opts)).to_job()
     if opts.job is None:
         job["dataset"] = opts.dataset
-    if opts.algorithm:
+    if opts.algorithm and opts.algorithm != job["algorithm"]:
+        if opts.algorithm not in PARAMS:
+            raise ConfigError(f"--algorithm must be one of {sorted(PARAMS)}, got "
+                              f"{opts.algorithm!r}")
+        fields = PARAMS[opts.algorithm].model_fields
         job["algorithm"] = opts.algorithm
+        job["params"] = {k: v for k, v in job["params"].items() if k in fields}
     if opts.key_bits:
         job["key_bits"] = opts.key_bits
     if opts.epochs is not None:
@@ -153,13 +159,12 @@ def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
     run_dir = Path(opts.workdir or tempfile.mkdtemp(prefix="unifl-demo-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     job = prepare_job(opts, run_dir)
-    roles = [r for r in START_ORDER if r in load_job(job).parties]
+    roles: list[str] = [r for r in START_ORDER if r in load_job(job).parties]
     configs = {"guest": opts.guest_config, "host": opts.host_config,
                "arbiter": opts.arbiter_config}
     for role in roles:
         cfg = load_party(configs[role])     # config errors surface here, before any process
         if cfg.party != role:
-            from .core.errors import ConfigError
             raise ConfigError(f"{configs[role]}: this is a {cfg.party} config, the demo needs "
                               f"a {role}")
     party_files = tls_party_configs({r: configs[r] for r in roles}, run_dir)

@@ -11,7 +11,8 @@ import sys
 import time
 from typing import Any
 
-from .configs import JobConfig, PartyConfig, validate
+from .app.params import JobConfig, with_party_scale
+from .configs import PartyConfig, validate
 from .core.errors import ConfigError
 
 log = logging.getLogger("unifl.party")
@@ -19,13 +20,15 @@ log = logging.getLogger("unifl.party")
 
 def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
     """The job dict this party runs.  The party's ``key_bits`` is its floor: a job asking for
-    smaller keys is refused (a party never accepts weaker keys than its own policy)."""
+    smaller keys is refused (a party never accepts weaker keys than its own policy).  The party's
+    ``encoding.scale_bits``, when set, is the fixed-point scale of every algorithm that encodes
+    reals (a job that sets another is refused); the parties compare scales at job start."""
     if job.key_bits < cfg.key_bits:
         raise ConfigError(f"job {job.job_id!r} asks for {job.key_bits}-bit keys but party "
                           f"{cfg.party}'s config requires key_bits >= {cfg.key_bits}")
     if cfg.party not in job.parties:
         raise ConfigError(f"party {cfg.party!r} is not one of the job's parties {job.parties}")
-    return job.to_job()
+    return with_party_scale(job, cfg.encoding.scale_bits, cfg.party).to_job()
 
 
 def warn_if_insecure(cfg: PartyConfig) -> bool:
@@ -58,7 +61,8 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
         cfg = validate(PartyConfig, data, f"party {cfg.party} (with overrides)")
     warn_if_insecure(cfg)
     t0 = time.perf_counter()
-    backend = backend_from_config(cfg)
+    # the scheduler's chain: a Backend that also reports its selection and per-op record
+    backend: Any = backend_from_config(cfg)
     t_backend = time.perf_counter() - t0
     transport = from_config(cfg, job.job_id, resume=job.resume)
     channel = Channel(transport, default_timeout=cfg.network.timeout_s, backend=backend,

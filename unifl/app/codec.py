@@ -347,11 +347,11 @@ class _Reader:
             if len(frame) < 24:
                 raise SerializationError("ciphertext frame truncated")
             fp = bytes(frame[8:24])
-            key = self.keys(fp) if self.keys is not None else None
-            if key is None:
+            array_key = self.keys(fp) if self.keys is not None else None
+            if array_key is None:
                 raise KeyMismatchError("ciphertext under a public key this party has not seen "
                                        f"(fingerprint {fp.hex()})")
-            return serialize.array_from_bytes(frame, key, self.backend)
+            return serialize.array_from_bytes(frame, array_key, self.backend)
         raise SerializationError(f"unknown type tag {tag!r} at offset {self.pos - 1}")
 
 

@@ -15,60 +15,54 @@ Each round r:
 3. each client decrypts (O2): w = Σ n_k w_k / Σ n_k.
 
 The guest reports the AUC on breast_homo_test.  The result equals
-:func:`unifl.app.reference.horizontal_reference` up to the fixed-point resolution (2^-40 here).
+:func:`unifl.app.reference.horizontal_reference` up to the fixed-point resolution: models travel
+as round(n_k·w_k·2^s) with s = ``scale_bits`` (default 40).  After the key exchange the three
+parties compare their scales (a ConfigError when they differ), and the aggregator adds only models
+under the shared key, of one shape, at that scale.
 The FATE files are already standardised, so the clients use the features as they are (a shared
 standardisation would itself need a secure aggregation of means and variances).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..core.errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
-                      TransportError, WeakKeyError)
+                           TransportError, WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
 from .channel import Channel
 from .data import PartyData, load_party
 from .metrics import roc_auc, sigmoid
-from .reference import local_sgd
+from .model import local_sgd
+from .params import HorizontalParams, check_peer_scale, params_of
 from .timing import Timings, progress_bar
 
-SCALE_BITS = 40
+__all__ = ["HorizontalParams", "client_matrix", "run"]
+
 CLIENT_INDEX = {"guest": 0, "host": 1}
+PARTIES = ("guest", "host", "arbiter")
 
 
-@dataclass
-class HorizontalParams:
-    rounds: int = 5
-    local_epochs: int = 1
-    batch_size: int = 32
-    learning_rate: float = 0.1
-    l2: float = 0.0
-
-    @classmethod
-    def from_job(cls, params: dict) -> "HorizontalParams":
-        params = dict(params)
-        if "epochs" in params:  # the common name in job files
-            params.setdefault("rounds", params.pop("epochs"))
-        bad = set(params) - set(cls.__dataclass_fields__)
-        if bad:
-            raise ConfigError(f"job params: unknown field(s) {sorted(bad)} for hlr (allowed: "
-                              f"{sorted(cls.__dataclass_fields__)} or epochs)")
-        p = cls(**params)
-        if p.rounds < 0 or p.local_epochs < 1 or p.learning_rate <= 0 or p.l2 < 0:
-            raise ConfigError("job params: rounds >= 0, local_epochs >= 1, learning_rate > 0, "
-                              "l2 >= 0 are required")
-        return p
+def _agree_scale(role: str, channel: Channel, p: HorizontalParams) -> None:
+    """Every party tells the two others its fixed-point scale and checks theirs (ConfigError when
+    they differ): the clients encrypt and decode at it, the aggregator adds only models at it."""
+    others = [r for r in PARTIES if r != role]
+    for other in others:
+        channel.send(other, "hfl/scale_bits", int(p.scale_bits))
+    for other in others:
+        check_peer_scale(role, other, p.scale_bits, channel.recv(other, "hfl/scale_bits"))
 
 
 def client_matrix(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
     """Features with an intercept column, and labels."""
+    if data.y is None:
+        raise ConfigError(f"hlr: {data.source} has no label column (every client holds labels)")
     return np.hstack([data.X, np.ones((len(data.ids), 1))]), data.y
 
 
-def _check_aggregate(agg, pk: paillier.PublicKey, shape: tuple) -> None:
+def _check_aggregate(agg, pk: paillier.PublicKey, shape: tuple, scale: int) -> None:
     """What the clients decrypt must be the model-shaped sum under the shared key, at the scale
     the clients encrypt at; anything else is refused before decryption."""
     if not isinstance(agg, dict) or not isinstance(agg.get("w"), EncryptedArray) \
@@ -77,10 +71,10 @@ def _check_aggregate(agg, pk: paillier.PublicKey, shape: tuple) -> None:
     w = agg["w"]
     if w.public_key != pk:
         raise KeyMismatchError("hlr: the aggregate is not under the shared key")
-    if w.shape != shape or w.scale_bits != SCALE_BITS or agg["n"] <= 0:
+    if w.shape != shape or w.scale_bits != scale or agg["n"] <= 0:
         raise ProtocolViolation(f"hlr: aggregate of shape {w.shape} at scale 2^-{w.scale_bits} "
                                 f"with n={agg['n']}; expected shape {shape}, scale "
-                                f"2^-{SCALE_BITS}, n > 0")
+                                f"2^-{scale}, n > 0")
 
 
 def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) -> dict:
@@ -107,9 +101,11 @@ def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) 
         if pk.n.bit_length() < int(job["key_bits"]):
             raise WeakKeyError(f"hlr {role}: the guest's shared key has {pk.n.bit_length()} bits; "
                                f"the job requires key_bits = {job['key_bits']}")
-        sk = channel.recv_private_key("guest", "hfl/sk")
-        if not isinstance(sk, paillier.PrivateKey) or sk.public_key != pk:
+        shared = channel.recv_private_key("guest", "hfl/sk")
+        if not isinstance(shared, paillier.PrivateKey) or shared.public_key != pk:
             raise KeyMismatchError("hlr: the shared private key does not match the public key")
+        sk = shared
+    _agree_scale(role, channel, p)
     w = np.zeros(X.shape[1])
     k = CLIENT_INDEX[role]
     with progress_bar(p.rounds, f"{role} hlr", progress) as advance:
@@ -120,17 +116,18 @@ def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) 
                                client=k)
             with t.subtask("HFL: encrypt model", "O1 enc"):
                 with t.crypto():
-                    enc = EncryptedArray.encrypt(pk, len(y) * wk, scale_bits=SCALE_BITS,
+                    enc = EncryptedArray.encrypt(pk, len(y) * wk, scale_bits=p.scale_bits,
                                                  backend=be, private_key=sk)
             channel.send("arbiter", f"hfl/r{r}/model", {"n": len(y), "w": enc})
             agg = channel.recv("arbiter", f"hfl/r{r}/aggregate")
-            _check_aggregate(agg, pk, (X.shape[1],))
+            _check_aggregate(agg, pk, (X.shape[1],), p.scale_bits)
             with t.subtask("HFL: decrypt aggregate", "O2 dec"):
                 with t.crypto():
                     total = agg["w"].decrypt(sk)
             w = total / int(agg["n"])
             advance(1)
-    out = {"model": {"weights": w.tolist()}, "metrics": {"train_rows": int(len(y))}}
+    out: dict[str, dict[str, Any]] = {"model": {"weights": w.tolist()},
+                                      "metrics": {"train_rows": int(len(y))}}
     if role == "guest":
         Xt, yt = client_matrix(load_party(job["dataset"], "test", data_dir, kind="homo"))
         with t.subtask("HFL: evaluate (guest)", "plaintext"):
@@ -141,11 +138,28 @@ def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) 
 
 def _aggregator(job, p, channel: Channel, be, t: Timings) -> dict:
     pk = channel.recv("guest", "hfl/pk")
+    if not isinstance(pk, paillier.PublicKey):
+        raise ProtocolViolation(f"aggregator: expected the shared public key, got "
+                                f"{type(pk).__name__}")
+    _agree_scale("arbiter", channel, p)
+    shape = None
     for r in range(p.rounds):
         parts = [channel.recv(c, f"hfl/r{r}/model") for c in ("guest", "host")]
-        for part in parts:
-            if not isinstance(part.get("w"), EncryptedArray) or part["w"].public_key != pk:
+        for c, part in zip(("guest", "host"), parts):
+            if not isinstance(part, dict) or not isinstance(part.get("w"), EncryptedArray) or \
+                    part["w"].public_key != pk:
                 raise TransportError("aggregator: a client's model is not under the shared key")
+            n = part.get("n")
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                raise ProtocolViolation(f"aggregator: {c}'s row count must be a positive int")
+            # adding arrays of two scales would silently rescale one; of two shapes, broadcast
+            if part["w"].scale_bits != p.scale_bits or part["w"].ndim != 1 or \
+                    (shape is not None and part["w"].shape != shape):
+                raise ProtocolViolation(f"aggregator: {c}'s model has shape {part['w'].shape} "
+                                        f"at scale 2^-{part['w'].scale_bits}; expected one "
+                                        f"vector of the clients' common shape at 2^-"
+                                        f"{p.scale_bits}")
+            shape = part["w"].shape
         with t.subtask("HFL: aggregate encrypted models", "O3 add"):
             with t.crypto():
                 total = parts[0]["w"] + parts[1]["w"]
@@ -162,7 +176,9 @@ def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None
         raise ConfigError("hlr needs parties [guest, host, arbiter] (the arbiter aggregates)")
     if job["dataset"] != "breast" and "/" not in str(job["dataset"]):
         raise ConfigError("hlr has horizontal data for 'breast' only (breast_homo_*)")
-    p = HorizontalParams.from_job(job["params"])
+    p = params_of(job)
+    if not isinstance(p, HorizontalParams):
+        raise ConfigError(f"algorithm {job['algorithm']!r} is not hlr")
     t = Timings()
     if role == "arbiter":
         out = _aggregator(job, p, channel, backend, t)

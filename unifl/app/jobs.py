@@ -1,9 +1,12 @@
 """One entry point for every federated job: ``run_job(role, job, channel, backend)``.
 
-``job`` is the dict parsed from a job YAML::
+``job`` is the dict parsed from a job YAML (or a :class:`~unifl.app.params.JobConfig`)::
 
     {"job_id": "demo", "algorithm": "psi+vlr", "dataset": "breast", "parties": ["guest", "host"],
      "seed": 42, "key_bits": 2048, "params": {...algorithm hyper-parameters...}}
+
+It is validated by :mod:`unifl.app.params` (the one schema and set of defaults), here and again by
+each algorithm when it reads its parameters.
 
 Each party process calls ``run_job`` with its own role; the parties meet through ``channel``.
 The result is JSON-serialisable: role, metrics, model, per-sub-task timings (FLASH Table 1 style)
@@ -12,47 +15,30 @@ and, for PSI, the intersection size.
 
 from __future__ import annotations
 
-import importlib
+import threading
+from typing import Any, Callable, Mapping
 
 from ..core.errors import ConfigError, TransportError
-from .channel import ROLES, Channel
+from . import horizontal, psi, secureboost, vertical
+from .channel import ROLES, Channel, local_transports
+from .params import JobConfig, PsiParams, load_job, params_of, validate_job
 
-#: algorithm -> (module, function) run by each party
-ALGORITHMS = {
-    "psi": ("unifl.app.psi", "run"),
-    "vlr": ("unifl.app.vertical", "run_lr"),
-    "vlinr": ("unifl.app.vertical", "run_linr"),
-    "psi+vlr": ("unifl.app.vertical", "run_psi_lr"),
-    "psi+vlinr": ("unifl.app.vertical", "run_psi_linr"),
-    "hlr": ("unifl.app.horizontal", "run"),
-    "secureboost": ("unifl.app.secureboost", "run"),
+__all__ = ["ALGORITHMS", "run_job", "run_local", "validate_job", "load_job", "JobConfig"]
+
+#: algorithm -> the function each party runs
+ALGORITHMS: dict[str, Callable[..., dict]] = {
+    "psi": psi.run,
+    "vlr": vertical.run_lr,
+    "vlinr": vertical.run_linr,
+    "psi+vlr": vertical.run_psi_lr,
+    "psi+vlinr": vertical.run_psi_linr,
+    "hlr": horizontal.run,
+    "secureboost": secureboost.run,
 }
 
 
-def validate_job(job: dict) -> dict:
-    """The job with defaults filled in; ConfigError naming the bad field otherwise."""
-    if not isinstance(job, dict):
-        raise ConfigError("job must be a mapping")
-    algo = job.get("algorithm")
-    if algo not in ALGORITHMS:
-        raise ConfigError(f"job field 'algorithm': {algo!r} is not one of {sorted(ALGORITHMS)}")
-    parties = list(job.get("parties") or ["guest", "host"])
-    if parties not in (["guest", "host"], ["guest", "host", "arbiter"]):
-        raise ConfigError(f"job field 'parties': {parties!r} must be [guest, host] or "
-                          "[guest, host, arbiter]")
-    key_bits = int(job.get("key_bits", 2048))
-    if key_bits < 1024 or key_bits % 2:
-        raise ConfigError(f"job field 'key_bits': {key_bits} must be even and >= 1024")
-    params = job.get("params") or {}
-    if not isinstance(params, dict):
-        raise ConfigError("job field 'params' must be a mapping")
-    return {"job_id": str(job.get("job_id", "job")), "algorithm": algo,
-            "dataset": job.get("dataset", "breast"), "parties": parties,
-            "seed": int(job.get("seed", 42)), "key_bits": key_bits, "params": dict(params)}
-
-
-def run_job(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None = None,
-            progress: bool = True) -> dict:
+def run_job(role: str, job: Mapping[str, Any] | JobConfig, channel: Channel, backend: Any, *,
+            data_dir: str | None = None, progress: bool = True) -> dict:
     """Run this party's side of ``job`` and return its result (see the module docstring).
 
     Args:
@@ -64,15 +50,9 @@ def run_job(role: str, job: dict, channel: Channel, backend, *, data_dir: str | 
     job = validate_job(job)
     if role not in ROLES or role not in job["parties"]:
         raise ConfigError(f"role {role!r} is not one of the job's parties {job['parties']}")
-    module_name, func_name = ALGORITHMS[job["algorithm"]]
-    try:
-        module = importlib.import_module(module_name)
-        func = getattr(module, func_name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"algorithm {job['algorithm']!r} is not available in this build "
-                          f"({exc})") from exc
     channel.backend = backend
-    result = func(role, job, channel, backend, data_dir=data_dir, progress=progress)
+    result = ALGORITHMS[job["algorithm"]](role, job, channel, backend, data_dir=data_dir,
+                                          progress=progress)
     result.setdefault("role", role)
     result.setdefault("job_id", job["job_id"])
     result.setdefault("algorithm", job["algorithm"])
@@ -80,8 +60,9 @@ def run_job(role: str, job: dict, channel: Channel, backend, *, data_dir: str | 
     return result
 
 
-def run_local(job: dict, backend, *, data_dir: str | None = None, progress: bool = False,
-              timeout: float = 120.0, backends: dict | None = None) -> dict[str, dict]:
+def run_local(job: Mapping[str, Any] | JobConfig, backend: Any, *, data_dir: str | None = None,
+              progress: bool = False, timeout: float = 120.0,
+              backends: Mapping[str, Any] | None = None) -> dict[str, dict]:
     """All parties of ``job`` as threads of this process over :class:`LocalTransport` (tests,
     single-machine benchmarks).  Returns {role: result}; the first party error is re-raised after
     every thread has ended (a failing party closes its transport, so its peers stop promptly).
@@ -89,15 +70,13 @@ def run_local(job: dict, backend, *, data_dir: str | None = None, progress: bool
     Args:
         backends: optional per-role backends (mixed-hardware runs); ``backend`` otherwise.
     """
-    import threading
-
-    from .channel import local_transports
-
     job = validate_job(job)
     transports = local_transports(tuple(job["parties"]))
     # every party holds received keys to the job's key size, as a party process holds them to its
     # config's key_bits (the PSI key to rsa_bits where the job sets it)
-    floor = min(job["key_bits"], int(job["params"].get("rsa_bits", job["key_bits"])))
+    p = params_of(job)
+    floor = min(job["key_bits"], p.rsa_key_bits(job["key_bits"]) if isinstance(p, PsiParams)
+                else job["key_bits"])
     results: dict[str, dict] = {}
     errors: dict[str, BaseException] = {}
 

@@ -34,6 +34,7 @@ from ..phe_sdk import rsa
 from ..phe_sdk.rsa import full_domain_hash
 from .channel import Channel
 from .data import load_party, sorted_ids
+from .params import PsiParams, params_of
 from .timing import Timings
 
 DIGEST = 32
@@ -210,18 +211,24 @@ def drop_ids(ids: list[str], fraction: float, seed: int, role: str) -> list[str]
     return [x for i, x in enumerate(ids) if i not in drop]
 
 
+def _psi_params(job: dict) -> PsiParams:
+    p = params_of(job)
+    if not isinstance(p, PsiParams):
+        raise ConfigError(f"algorithm {job['algorithm']!r} has no PSI step")
+    return p
+
+
 def party_ids(role: str, job: dict, data_dir: str | None) -> list[str]:
-    """This party's ids for a PSI job after the demo's dropping (params drop_fraction, default 0)."""
+    """This party's ids for a PSI job after the demo's dropping (params drop_fraction)."""
     ids = load_party(job["dataset"], role, data_dir).ids
-    frac = float(job["params"].get("drop_fraction", 0.0))
-    return drop_ids(ids, frac, job["seed"], role)
+    return drop_ids(ids, _psi_params(job).drop_fraction, job["seed"], role)
 
 
 def intersect(role: str, job: dict, channel: Channel, backend, ids: list[str],
               timings: Timings) -> list[str]:
     """Run the PSI for this role (guest = client, host = server)."""
     # this party's own setting: the host's key size, and the guest's floor for the host's key
-    bits = int(job["params"].get("rsa_bits", job.get("key_bits", rsa.DEFAULT_KEY_BITS)))
+    bits = _psi_params(job).rsa_key_bits(job["key_bits"])
     if role == "guest":
         return psi_guest(channel, ids, backend, timings, min_key_bits=bits)
     if role == "host":

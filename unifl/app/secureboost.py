@@ -4,9 +4,10 @@ The guest holds labels y and features X_g, the host features X_h of the same ali
 bin their own features by train-split quantiles (``num_bins`` bins; bin(x) = #{edges < x}, so
 "bin <= b" means "x <= edges[b]").  For each tree:
 
-1. guest: p = σ(F), g = p − y, h = p(1 − p), quantised to integers ĝ = round(g·2^24),
-   ĥ = round(h·2^24) (the same quantisation in the reference, so sums are exact integers and the
-   federated trees are *identical* to the reference's); sends [[ĝ]], [[ĥ]] under its key (O1).
+1. guest: p = σ(F), g = p − y, h = p(1 − p), quantised to integers ĝ = round(g·2^s),
+   ĥ = round(h·2^s) with s = ``scale_bits`` (default 24; the host announces its own at job start
+   and the guest refuses another), so every histogram sum is an exact integer; sends
+   [[ĝ + 2^64·ĥ]] under its key (O1).
 2. level by level, guest -> host: the node of every training row (−1 when settled).  The host
    builds, in ONE histogram call (O6) over the concatenation [[ĝ]] ‖ [[ĥ]] of the active rows,
    the encrypted per-(node, feature, bin) sums, packs K of them into one ciphertext by Horner's
@@ -22,6 +23,9 @@ bin their own features by train-split quantiles (``num_bins`` bins; bin(x) = #{e
    lookup table (record id -> feature, threshold) and answers which rows of the node go left.
 4. leaves get w = −G/(H + λ); F += learning_rate · w.
 
+The plaintext reference (:func:`unifl.app.reference.secureboost_reference`) is the same algorithm
+written separately from this description; the tests require identical trees.
+
 As in SecureBoost, the host learns the instance space of each node (which rows share a node), never
 a gradient or label.  The host answers only the queries this protocol makes (:class:`HostGuard`):
 the levels of trees it expects, histograms of one child per split, one split query per node.  Prediction: the host sends, for each of its records, the rows of the held-out
@@ -30,69 +34,55 @@ split that go left; the guest walks the trees and reports the AUC.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from ..core.errors import ConfigError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, histogram, paillier
+from .alignment import check_alignment
+from .binning import apply_bins, binned_party, quantile_edges
 from .channel import Channel
-from .data import load_party, sorted_ids, subsample_ids, train_test_split
+from .data import load_party, sorted_ids
 from .metrics import roc_auc, sigmoid
+from .params import BoostParams, check_peer_scale, params_of
 from .timing import Timings, progress_bar
 
-GH_BITS = 24
+__all__ = ["BoostParams", "quantise", "pack_gh", "unpack_gh", "cell_bits", "cells_per_ciphertext",
+           "compress_cells", "split_cells", "grow_tree", "predict_tree", "boost", "HostGuard",
+           "quantile_edges", "apply_bins", "run"]
+
+#: the width of ĝ's slot in a packed plaintext ĝ + 2^64·ĥ
 PACK_BITS = 64
-
-
-@dataclass
-class BoostParams:
-    n_trees: int = 5
-    max_depth: int = 3
-    learning_rate: float = 0.5
-    reg_lambda: float = 1.0
-    min_child_weight: float = 1.0
-    gamma: float = 0.0
-    num_bins: int = 16
-    test_fraction: float = 0.2
-    max_rows: int | None = None
-
-    @classmethod
-    def from_job(cls, params: dict) -> "BoostParams":
-        bad = set(params) - set(cls.__dataclass_fields__)
-        if bad:
-            raise ConfigError(f"job params: unknown field(s) {sorted(bad)} for secureboost "
-                              f"(allowed: {sorted(cls.__dataclass_fields__)})")
-        p = cls(**params)
-        if p.n_trees < 1 or p.max_depth < 1 or p.num_bins < 2 or p.reg_lambda < 0:
-            raise ConfigError("job params: n_trees >= 1, max_depth >= 1, num_bins >= 2, "
-                              "reg_lambda >= 0 are required")
-        return p
+#: BoostParams' default scale, for the helpers below when called without one
+_SCALE = BoostParams.model_fields["scale_bits"].default
 
 
 # ------------------------------------------------------------------ binning and quantisation
-def quantile_edges(X: np.ndarray, num_bins: int) -> list[np.ndarray]:
-    """Per feature: the distinct train quantiles at 1/B, ..., (B−1)/B."""
-    qs = np.linspace(0.0, 1.0, num_bins + 1)[1:-1]
-    return [np.unique(np.quantile(X[:, f], qs)) for f in range(X.shape[1])]
+def quantise(v: np.ndarray, scale_bits: int = _SCALE) -> np.ndarray:
+    """round(v·2^scale_bits) as int64, halves to even (|v| <= 1 here: gradients and hessians)."""
+    return np.rint(np.ldexp(v, scale_bits)).astype(np.int64)
 
 
-def apply_bins(X: np.ndarray, edges: list[np.ndarray]) -> np.ndarray:
-    """bin(x) = number of edges strictly below x, per feature (int32, in [0, len(edges)])."""
-    out = np.empty(X.shape, np.int32)
-    for f, e in enumerate(edges):
-        out[:, f] = np.searchsorted(e, X[:, f], side="left")
-    return out
+def check_pack_capacity(n_rows: int, scale_bits: int) -> None:
+    """Refuse a (rows, scale) pair whose gradient sums could leave ĝ's 64-bit slot: |ĝ| <= 2^s per
+    row, so |Σĝ| < 2^(s + bits(n)) must stay below 2^63 for :func:`unpack_gh` to separate Σĝ from
+    Σĥ exactly.
 
-
-def quantise(v: np.ndarray) -> np.ndarray:
-    return np.rint(np.ldexp(v, GH_BITS)).astype(np.int64)
+    Raises:
+        ConfigError: naming the scale, the row count and the largest scale that fits.
+    """
+    if scale_bits + int(n_rows).bit_length() > PACK_BITS - 1:
+        raise ConfigError(f"secureboost: scale_bits = {scale_bits} with {n_rows} training rows "
+                          f"lets a gradient sum reach 2^{scale_bits + int(n_rows).bit_length()}, "
+                          f"beyond the 2^{PACK_BITS - 1} of its packed slot; use scale_bits <= "
+                          f"{PACK_BITS - 1 - int(n_rows).bit_length()}")
 
 
 def pack_gh(gi: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """One plaintext per row: ĝ + 2^64·ĥ (object array of Python ints).  Sums of up to 2^38
-    rows keep |Σĝ| < 2^63, so the two sums separate exactly (:func:`unpack_gh`)."""
+    """One plaintext per row: ĝ + 2^64·ĥ (object array of Python ints).  While
+    :func:`check_pack_capacity` holds, |Σĝ| < 2^63, so the two sums separate exactly
+    (:func:`unpack_gh`)."""
     out = np.empty(len(gi), dtype=object)
     out[:] = [int(g) + (int(h) << PACK_BITS) for g, h in zip(gi.tolist(), hi.tolist())]
     return out
@@ -106,10 +96,10 @@ def unpack_gh(values: list[int]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(g, dtype=np.int64), np.array(h, dtype=np.int64)
 
 
-def cell_bits(n_rows: int) -> int:
+def cell_bits(n_rows: int, scale_bits: int = _SCALE) -> int:
     """Width of one histogram cell Σ(ĝ + 2^64 ĥ) over at most ``n_rows`` rows, sign included:
-    |Σĝ| < n·2^24 < 2^63 and Σĥ <= n·2^22."""
-    return PACK_BITS + GH_BITS + n_rows.bit_length() + 2
+    |Σĝ| < n·2^s < 2^63 and Σĥ <= n·2^(s−2)."""
+    return PACK_BITS + scale_bits + n_rows.bit_length() + 2
 
 
 def cells_per_ciphertext(pk: paillier.PublicKey, width: int) -> int:
@@ -155,18 +145,19 @@ def plain_histograms(bins: np.ndarray, node_local: np.ndarray, gi: np.ndarray, h
     f_count = bins.shape[1]
     out = np.zeros((f_count, 2, n_active, num_bins), np.int64)
     if len(rows):
-        fi = np.broadcast_to(np.arange(f_count), (len(rows), f_count))
-        nl = np.broadcast_to(node_local[rows, None], (len(rows), f_count))
-        b = bins[rows]
-        np.add.at(out, (fi, 0, nl, b), np.broadcast_to(gi[rows, None], (len(rows), f_count)))
-        np.add.at(out, (fi, 1, nl, b), np.broadcast_to(hi[rows, None], (len(rows), f_count)))
+        # flat index of cell (feature, 0 or 1, node, bin) in the C-ordered ``out``
+        cell = (np.arange(f_count)[None, :] * 2 * n_active + node_local[rows, None]) * num_bins \
+            + bins[rows]
+        flat = out.reshape(-1)                    # a view: ``out`` is contiguous
+        np.add.at(flat, cell.ravel(), np.repeat(gi[rows], f_count))
+        np.add.at(flat, (cell + n_active * num_bins).ravel(), np.repeat(hi[rows], f_count))
     return out
 
 
 # ------------------------------------------------------------------ split finding (guest)
 def best_split(hist: np.ndarray, g_tot: int, h_tot: int, p: BoostParams) -> tuple[float, int, int]:
     """(gain, feature, bin) maximising the gain over hist (F, 2, B) of one node; gain −inf if none."""
-    scale = float(1 << GH_BITS)
+    scale = float(1 << p.scale_bits)
     gl = np.cumsum(hist[:, 0, :-1], axis=1) / scale
     hl = np.cumsum(hist[:, 1, :-1], axis=1) / scale
     gt, ht = g_tot / scale, h_tot / scale
@@ -184,8 +175,8 @@ def best_split(hist: np.ndarray, g_tot: int, h_tot: int, p: BoostParams) -> tupl
 
 
 class HostSide(Protocol):
-    """What the guest's tree builder asks of the host (over the network, or in clear in the
-    reference)."""
+    """What the guest's tree builder asks of the host (:class:`_RemoteHost`: over the network,
+    histograms encrypted under the guest's key)."""
 
     def histograms(self, tree: int, depth: int, node_local: np.ndarray, n_active: int,
                    want: list[int]) -> np.ndarray:
@@ -245,12 +236,12 @@ def grow_tree(tree_no: int, gi: np.ndarray, hi: np.ndarray, guest_bins: np.ndarr
                 g_tot, h_tot = int(gi[rows].sum()), int(hi[rows].sum())
                 cands = [best_split(own_hist[:, :, i, :], g_tot, h_tot, p),
                          best_split(host_hist[:, :, i, :], g_tot, h_tot, p)]
-                owner = 0 if cands[0][0] >= cands[1][0] else 1   # guest first on ties
-                gain, f, b = cands[owner]
+                side = 0 if cands[0][0] >= cands[1][0] else 1   # guest first on ties
+                gain, f, b = cands[side]
                 if int(rows.sum()) < 2 or not gain > p.gamma:
                     nodes[nid]["leaf"] = True
                     continue
-                decisions.append((nid, "guest" if owner == 0 else "host", f, b))
+                decisions.append((nid, "guest" if side == 0 else "host", f, b))
         index = {nid: i for i, nid in enumerate(active)}
         host_splits = [(index[nid], f, b) for nid, o, f, b in decisions if o == "host"]
         records, masks = host.split(tree_no, depth, local, host_splits)
@@ -280,7 +271,7 @@ def grow_tree(tree_no: int, gi: np.ndarray, hi: np.ndarray, guest_bins: np.ndarr
             new_pairs.append((nid, left, right))
             counts[left], counts[right] = int(go_left.sum()), int((~go_left).sum())
         active, pairs = new_active, new_pairs
-    scale = float(1 << GH_BITS)
+    scale = float(1 << p.scale_bits)
     for nid, node in nodes.items():
         if node.get("leaf"):
             rows = node_of_row == nid
@@ -325,15 +316,15 @@ def base_score(y: np.ndarray) -> float:
 def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
           t: Timings | None = None, on_tree=None, encrypt_gh=None
           ) -> tuple[list[list[dict]], float, np.ndarray]:
-    """The guest's boosting loop (shared by the federated guest and the reference); returns the
-    trees, the base score and the final scores F of the training rows."""
+    """The guest's boosting loop over a :class:`HostSide`; returns the trees, the base score and
+    the final scores F of the training rows."""
     t = t or Timings()
     f0 = base_score(y)
     F = np.full(len(y), f0)
     trees = []
     for k in range(p.n_trees):
         prob = sigmoid(F)
-        gi, hi = quantise(prob - y), quantise(prob * (1 - prob))
+        gi, hi = quantise(prob - y, p.scale_bits), quantise(prob * (1 - prob), p.scale_bits)
         if encrypt_gh is not None:
             encrypt_gh(k, gi, hi)
         nodes, leaf_of_row = grow_tree(k, gi, hi, guest_bins, host, p, t)
@@ -444,6 +435,8 @@ class HostGuard:
                         ) -> np.ndarray:
         """Check the pairs of this level against the previous level; the wanted nodes."""
         prev = self.local
+        if prev is None:      # check_level asks for children only after a level was seen
+            raise ProtocolViolation("SBT host: children before any level")
         if n_active % 2:
             raise ProtocolViolation(f"SBT host: {n_active} active nodes at depth {self.depth}; "
                                     "children come in pairs")
@@ -451,16 +444,16 @@ class HostGuard:
             raise ProtocolViolation("SBT host: 'nodes' puts a settled row back into a node")
         pair = np.where(local >= 0, local // 2, -1)
         prev_counts = np.bincount(prev[prev >= 0], minlength=self.n_active)
-        parents = []
+        parents: list[int] = []
         for j in range(n_active // 2):
             in_pair = pair == j
-            parent = np.unique(prev[in_pair])
-            if parent.size != 1 or parent[0] < 0 or \
-                    int(in_pair.sum()) != int(prev_counts[parent[0]]) or prev_counts[parent[0]] < 2:
+            found = np.unique(prev[in_pair])
+            if found.size != 1 or found[0] < 0 or \
+                    int(in_pair.sum()) != int(prev_counts[found[0]]) or prev_counts[found[0]] < 2:
                 raise ProtocolViolation(f"SBT host: the children {2 * j}, {2 * j + 1} at depth "
                                         f"{self.depth} are not all the rows of one node (of >= 2 "
                                         "rows) of the last level")
-            parent = int(parent[0])
+            parent = int(found[0])
             if parents and parent <= parents[-1]:
                 raise ProtocolViolation(f"SBT host: the children of node {parent} come out of "
                                         "order or twice")
@@ -538,7 +531,7 @@ class _RemoteHost:
         enc = self.channel.recv("host", f"{tag}/hist")
         pk = self.sk.public_key
         cells = self.fh * len(want) * self.p.num_bins
-        width = cell_bits(self.n)
+        width = cell_bits(self.n, self.p.scale_bits)
         per = cells_per_ciphertext(pk, width)
         if not isinstance(enc, EncryptedArray) or enc.public_key != pk or \
                 enc.shape != (-(-cells // per),) or enc.scale_bits != 0:
@@ -607,46 +600,18 @@ class _RemoteHost:
         return [int(r) for r in records], list(reply["left"])
 
 
-class PlainHost:
-    """HostSide computed in clear from the host's bins (the reference)."""
-
-    def __init__(self, host_bins: np.ndarray, p: BoostParams) -> None:
-        self.bins, self.p = host_bins, p
-        self.gi = self.hi = None
-        self.records: list[tuple[int, int]] = []
-
-    def histograms(self, tree, depth, node_local, n_active, want):
-        pos = np.full(n_active + 1, -1, np.int64)
-        pos[want] = np.arange(len(want))
-        return plain_histograms(self.bins, pos[node_local], self.gi, self.hi, len(want),
-                                self.p.num_bins)
-
-    def end_tree(self, tree):
-        pass
-
-    def split(self, tree, depth, node_local, splits):
-        recs, masks = [], []
-        for i, f, b in splits:
-            rows = np.nonzero(node_local == i)[0]
-            recs.append(len(self.records))
-            self.records.append((f, b))
-            masks.append(self.bins[rows, f] <= b)
-        return recs, masks
-
-
 def _prepare(role, job, p: BoostParams, ids, data_dir):
-    data = load_party(job["dataset"], role, data_dir).select(subsample_ids(ids, p.max_rows,
-                                                                           job["seed"]))
-    tr, te = train_test_split(len(data.ids), job["seed"], p.test_fraction)
-    edges = quantile_edges(data.X[tr], p.num_bins)
-    return (apply_bins(data.X[tr], edges), apply_bins(data.X[te], edges), edges,
-            None if data.y is None else data.y[tr], None if data.y is None else data.y[te])
+    """(train bins, test bins, edges, train labels, test labels) of this party."""
+    b = binned_party(job["dataset"], role, ids, seed=job["seed"], num_bins=p.num_bins,
+                     test_fraction=p.test_fraction, max_rows=p.max_rows, data_dir=data_dir)
+    return b.train, b.test, b.edges, b.y_train, b.y_test
 
 
 def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) -> dict:
     bins_tr, bins_te, _, y_tr, y_te = _prepare("guest", job, p, ids, data_dir)
     if not set(np.unique(y_tr)) <= {0.0, 1.0}:
         raise ConfigError("secureboost needs binary 0/1 labels")
+    check_pack_capacity(len(y_tr), p.scale_bits)
     with t.subtask("SBT: Paillier key generation", "keygen"):
         with t.crypto():
             pk, sk = paillier.keygen(job["key_bits"])
@@ -660,6 +625,8 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
     if not 1 <= int(info["features"]) <= MAX_HOST_FEATURES:
         raise ProtocolViolation(f"SBT guest: host claims {info['features']} features; accepted: "
                                 f"1 to {MAX_HOST_FEATURES}")
+    # the host sizes its packed histogram cells by its scale: the guest must quantise at the same
+    check_peer_scale("guest", "host", p.scale_bits, info.get("scale_bits"))
     remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr))
 
     def encrypt_gh(k, gi, hi):
@@ -699,7 +666,9 @@ def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
         raise WeakKeyError(f"SBT host: the guest's Paillier key has {pk.n.bit_length()} bits, "
                            f"below this party's key_bits = {job['key_bits']}")
     n = len(bins_tr)
-    channel.send("guest", "sbt/info", {"rows": int(n), "features": bins_tr.shape[1]})
+    check_pack_capacity(n, p.scale_bits)
+    channel.send("guest", "sbt/info", {"rows": int(n), "features": bins_tr.shape[1],
+                                       "scale_bits": int(p.scale_bits)})
     nb = p.num_bins
     guard = HostGuard(n, bins_tr.shape[1], p)
     records: list[tuple[int, float, int]] = []   # lookup table: record id -> (feature, threshold, bin)
@@ -729,7 +698,8 @@ def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
             with t.subtask("SBT: compress & re-randomise histograms (host)",
                            "O4 mul (shift), O3 add, O1 obfuscate"):
                 with t.crypto():
-                    hist = compress_cells(hist.reshape(-1), cell_bits(n), pk).obfuscate()
+                    hist = compress_cells(hist.reshape(-1), cell_bits(n, p.scale_bits),
+                                          pk).obfuscate()
             channel.send("guest", f"{tag}/hist", hist)
             splits = guard.check_splits(channel.recv("guest", f"{tag}/splits"))
             recs, left = [], []
@@ -754,14 +724,15 @@ def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
 def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None = None,
         progress: bool = True) -> dict:
     """Job entry point "secureboost" (guest and host; the ids must already be aligned)."""
-    from .vertical import _check_alignment
     if role == "arbiter":
         raise ConfigError("secureboost runs between guest and host only")
-    p = BoostParams.from_job(job["params"])
+    p = params_of(job)
+    if not isinstance(p, BoostParams):
+        raise ConfigError(f"algorithm {job['algorithm']!r} is not secureboost")
     t = Timings()
     own = load_party(job["dataset"], role, data_dir)
     ids = sorted_ids(own.ids)
-    _check_alignment(role, "host" if role == "guest" else "guest", channel, ids)
+    check_alignment(role, "host" if role == "guest" else "guest", channel, ids)
     if role == "guest":
         out = _guest(job, p, channel, backend, t, ids, data_dir, progress)
     else:

@@ -25,7 +25,8 @@ guest G and host H:
            at scale 0, holding none of its own ciphertexts -- and returns the residues; the owner
            subtracts R mod n, decodes centred and scales by 2^-s.
 
-Job start (before any key exists): the parties exchange row count, feature counts and saved epochs.
+Job start (before any key exists): the parties exchange row count, feature counts, batch size,
+fixed-point scale (``scale_bits``: z and u travel as round(x·2^s)) and saved epochs.
 Every batch has more rows than either party's feature count (a short remainder is folded into the
 batch before it), since a party given Xᵀd for a batch with no more rows than its features could
 solve for d; a ``batch_size`` that cannot meet this is a ConfigError at both parties.
@@ -66,72 +67,23 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
-                      WeakKeyError)
+                           WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
-from ..phe_sdk.encoding import DEFAULT_SCALE_BITS
-from . import reference
+from . import psi
+from .alignment import check_alignment as _check_alignment
+from .alignment import ids_digest as _ids_digest
+from .batching import batches, check_schedule, vertical_min_rows
 from .channel import Channel
 from .data import (TASKS, load_party, sorted_ids, standardize, subsample_ids, train_test_split)
 from .metrics import r2_score, roc_auc, sigmoid
-from .reference import batches
+from .params import VerticalParams, check_peer_scale, params_of
 from .timing import Timings, progress_bar
 
+__all__ = ["VerticalParams", "PartyMatrices", "prepare", "mask_gradient", "unmask_gradient",
+           "SentCiphertexts", "decrypt_masked", "save_checkpoint", "load_checkpoint",
+           "agree_start", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
+
 log = logging.getLogger("unifl.app.vertical")
-
-DEFAULT_MASK_BITS = 80
-
-
-@dataclass
-class VerticalParams:
-    """Hyper-parameters of vertical LR/LinR (job ``params``)."""
-
-    epochs: int = 10
-    batch_size: int = 64            # <= 0: full batch
-    learning_rate: float = 0.15
-    l2: float = 0.0
-    tol: float | None = 1e-4        # early stop on the epoch's weight change; None: never
-    fit_intercept: bool = True
-    test_fraction: float = 0.2
-    max_rows: int | None = None     # deterministic subsample of the aligned rows
-    #: no longer used: masks are uniform mod n (perfectly hiding); still accepted in job files
-    mask_bits: int = DEFAULT_MASK_BITS
-    #: DJN fixed-base encryption (``PublicKey.enable_fixed_base``) for the per-row encryptions:
-    #: several times faster, rests on DJN's short-exponent assumption; a named option, off by default
-    fixed_base: bool = False
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    #: {"guest": int, "host": int}: the data columns each party holds (the guest's intercept not
-    #: counted).  Declared, a peer's feature count is checked against the job, not taken from the
-    #: peer: the count sets how many values a key owner decrypts for that peer per batch.
-    features: dict | None = None
-
-    @classmethod
-    def from_job(cls, params: dict) -> "VerticalParams":
-        known = set(cls.__dataclass_fields__)
-        extra = {"drop_fraction", "rsa_bits"}
-        bad = set(params) - known - extra
-        if bad:
-            raise ConfigError(f"job params: unknown field(s) {sorted(bad)} for vertical "
-                              f"regression (allowed: {sorted(known | extra)})")
-        p = cls(**{k: v for k, v in params.items() if k in known})
-        if p.epochs < 0 or p.learning_rate <= 0 or p.l2 < 0 or p.mask_bits < 40:
-            raise ConfigError("job params: epochs >= 0, learning_rate > 0, l2 >= 0 and "
-                              "mask_bits >= 40 are required")
-        if p.features is not None:
-            f = p.features
-            if (not isinstance(f, dict) or set(f) != {"guest", "host"}
-                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
-                               for v in f.values())):
-                raise ConfigError(f"job params: features must map guest and host to their "
-                                  f"feature counts (integers >= 1), got {f!r}")
-        return p
-
-    def announced_dim(self, role: str) -> int | None:
-        """The gradient dimension ``role`` must announce at job start (its declared features, plus
-        the guest's intercept column), or None when the job declares no feature counts."""
-        if self.features is None:
-            return None
-        return self.features[role] + (1 if role == "guest" and self.fit_intercept else 0)
 
 
 @dataclass
@@ -359,14 +311,15 @@ class _Session:
 
 def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: dict,
                m: PartyMatrices, arbiter: bool) -> _Session:
-    """Exchange row count, feature count and saved epochs; check the batch schedule (both parties
-    refuse a batch size that would let either solve its gradient for the other's values) and agree
-    the start epoch -- all before any key or ciphertext exists."""
+    """Exchange row count, feature count, batch size, fixed-point scale and saved epochs; check the
+    batch schedule (both parties refuse a batch size that would let either solve its gradient for
+    the other's values) and agree the start epoch -- all before any key or ciphertext exists."""
     seed = job["seed"]
     n, dim = m.X_train.shape
     ck = _checkpoint_path(p, job, role)
     states = load_checkpoint(ck, dim, seed) if p.resume else {}
     channel.send(peer, "vfl/start", {"n": int(n), "dim": int(dim), "batch_size": int(p.batch_size),
+                                     "scale_bits": int(p.scale_bits),
                                      "epochs": [[e, st] for e, (_, st) in sorted(states.items())]})
     theirs = channel.recv(peer, "vfl/start")
     try:
@@ -383,9 +336,11 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
     if peer_dim < 1:
         raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features")
     if p.features is not None:
-        if dim != p.announced_dim(role):
-            intercept = p.announced_dim(role) - p.features[role]
-            raise ConfigError(f"{role}: the job declares {p.features[role]} features for {role}, "
+        declared = p.features.guest if role == "guest" else p.features.host
+        announced = declared + (1 if role == "guest" and p.fit_intercept else 0)
+        if dim != announced:
+            intercept = announced - declared
+            raise ConfigError(f"{role}: the job declares {declared} features for {role}, "
                               f"its data has {dim - intercept}")
         if peer_dim != p.announced_dim(peer):
             raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features, the job declares "
@@ -393,11 +348,13 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
     else:
         log.warning("%s: the job declares no feature counts (params.features): %s's claim of %d "
                     "is bounded only by the batch size", role, peer, peer_dim)
+    check_peer_scale(role, peer, p.scale_bits, theirs.get("scale_bits"))
     d_g, d_h = (dim, peer_dim) if role == "guest" else (peer_dim, dim)
-    min_rows = reference.vertical_min_rows(d_g, d_h)
-    reference.check_schedule(n, p.batch_size, min_rows,
-                             f"guest {d_g} features with the intercept, host {d_h}")
+    min_rows = vertical_min_rows(d_g, d_h)
+    check_schedule(n, p.batch_size, min_rows,
+                   f"guest {d_g} features with the intercept, host {d_h}")
     start = agree_start({e: st for e, (_, st) in states.items()}, peer_states)
+    previous: tuple[int, np.ndarray, bool] | None
     if start in states:
         w, stopped = states[start]
         previous = (start, w, stopped)
@@ -459,18 +416,18 @@ def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray, enc_
     return unmask_gradient(back, r, scale, masked.public_key.n)
 
 
-def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str) -> EncryptedArray:
-    """``obj`` must be an encrypted array under ``key`` with ``shape``, at the protocol's fixed
-    scale (the peer's frame does not choose it), else a named error."""
+def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str, scale: int) -> EncryptedArray:
+    """``obj`` must be an encrypted array under ``key`` with ``shape``, at the scale agreed at job
+    start (the peer's frame does not choose it), else a named error."""
     if not isinstance(obj, EncryptedArray):
         raise ProtocolViolation(f"expected encrypted {what}, got {type(obj).__name__}")
     if obj.public_key != key:
         raise KeyMismatchError(f"encrypted {what} is under an unexpected public key")
     if obj.shape != shape:
         raise ProtocolViolation(f"encrypted {what} has shape {obj.shape}, expected {shape}")
-    if obj.scale_bits != DEFAULT_SCALE_BITS:
+    if obj.scale_bits != scale:
         raise ProtocolViolation(f"encrypted {what} at scale 2^-{obj.scale_bits}, expected "
-                                f"2^-{DEFAULT_SCALE_BITS}")
+                                f"2^-{scale} (the job's scale_bits)")
     return obj
 
 
@@ -491,23 +448,13 @@ def _maybe_fixed_base(p: VerticalParams, pk: paillier.PublicKey, be, t: Timings)
                 pk.enable_fixed_base(backend=be)
 
 
-def _ids_digest(ids: list[str]) -> str:
-    return hashlib.sha256("\n".join(ids).encode()).hexdigest()
-
-
-def _check_alignment(role: str, peer: str, channel: Channel, ids: list[str]) -> None:
-    """Without a PSI step both parties must hold the same ids: compare digests of the sorted ids."""
-    channel.send(peer, "vfl/ids_digest", _ids_digest(ids))
-    theirs = channel.recv(peer, "vfl/ids_digest")
-    if theirs != _ids_digest(ids):
-        raise ConfigError(f"{role}: the parties' ids differ; run PSI first (algorithm psi+vlr)")
-
-
 def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings, progress,
                  arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     y = m.y_train
+    if y is None:
+        raise ConfigError("guest: its data has no label column (the guest holds the labels)")
     ck = _checkpoint_path(p, job, "guest")
     s = _handshake("guest", "host", channel, p, job, m, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
@@ -542,13 +489,15 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
                 zg = Xb @ w
                 u = zg - 2.0 * (2.0 * y[b] - 1.0) if task == "lr" else zg - y[b]
                 if not arbiter:
+                    assert pk_own is not None and sent is not None   # two-party: own key pair
                     with t.subtask("VFL: encrypt forward", "O1 enc"):
                         with t.crypto():
-                            enc_u = EncryptedArray.encrypt(pk_own, u, backend=be,
-                                                           private_key=sk_own)
+                            enc_u = EncryptedArray.encrypt(pk_own, u, scale_bits=p.scale_bits,
+                                                           backend=be, private_key=sk_own)
                     sent.add(enc_u)
                     channel.send("host", f"{tag}/u", enc_u)
-                enc_zh = _expect(channel.recv("host", f"{tag}/zh"), pk_h, (len(b),), "z_h")
+                enc_zh = _expect(channel.recv("host", f"{tag}/zh"), pk_h, (len(b),), "z_h",
+                                 p.scale_bits)
                 with t.subtask("VFL: encrypted residual", "O3 add"):
                     with t.crypto():
                         enc_d = enc_zh + u
@@ -614,15 +563,18 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                 zh = Xb @ w
                 with t.subtask("VFL: encrypt forward", "O1 enc"):
                     with t.crypto():
-                        enc_zh = EncryptedArray.encrypt(pk_own, zh, backend=be, private_key=sk_own)
+                        enc_zh = EncryptedArray.encrypt(pk_own, zh, scale_bits=p.scale_bits,
+                                                        backend=be, private_key=sk_own)
                 if sent is not None:
                     sent.add(enc_zh)
                 channel.send("guest", f"{tag}/zh", enc_zh)
                 if arbiter:
                     enc_d = _expect(channel.recv("guest", f"{tag}/d"), pk_own, (len(b),),
-                                    "residual")
+                                    "residual", p.scale_bits)
                 else:
-                    enc_u = _expect(channel.recv("guest", f"{tag}/u"), pk_g, (len(b),), "u")
+                    assert pk_g is not None          # two-party: the guest's key was received
+                    enc_u = _expect(channel.recv("guest", f"{tag}/u"), pk_g, (len(b),), "u",
+                                    p.scale_bits)
                     with t.subtask("VFL: encrypted residual", "O3 add"):
                         with t.crypto():
                             enc_d = enc_u + zh
@@ -657,7 +609,7 @@ def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
     if dims[0] != dims[1] or min(d.values()) < 1:
         raise ProtocolViolation(f"arbiter: the parties announce different or empty feature counts "
                                 f"(guest says {dims[0]}, host says {dims[1]})")
-    p = VerticalParams.from_job(job["params"])
+    p = _params(job)
     for party in ("guest", "host"):
         if p.features is not None and d[party] != p.announced_dim(party):
             raise ProtocolViolation(f"arbiter: {party} announces {d[party]} features, the job "
@@ -689,11 +641,18 @@ def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
     return {"metrics": {}, "model": {}}
 
 
+def _params(job: dict) -> VerticalParams:
+    p = params_of(job)
+    if not isinstance(p, VerticalParams):
+        raise ConfigError(f"algorithm {job['algorithm']!r} is not vertical LR / LinR")
+    return p
+
+
 def train(role: str, job: dict, channel: Channel, backend, task: str, ids: list[str] | None,
           data_dir: str | None, progress: bool, timings: Timings) -> dict:
     """This party's side of vertical LR ("lr") or LinR ("linr") on the rows ``ids``
     (None: the party's own ids, checked equal to the peer's)."""
-    p = VerticalParams.from_job(job["params"])
+    p = _params(job)
     arbiter = "arbiter" in job["parties"]
     if role == "arbiter":
         if not arbiter:
@@ -720,7 +679,6 @@ def _run(role, job, channel, backend, data_dir, progress, task, with_psi) -> dic
     ids = None
     result: dict = {}
     if with_psi:
-        from . import psi
         if role != "arbiter":
             own = psi.party_ids(role, job, data_dir)
             ids = psi.intersect(role, job, channel, backend, own, timings)

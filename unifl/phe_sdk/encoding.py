@@ -9,18 +9,26 @@ positive and the negative range so that overflow is *detected* on decode (a resi
 Growth is tracked too: every encrypted array carries an upper bound of |v| over its elements, and an
 operation whose result could exceed max_int (add, scalar multiply, matmul, sum) raises
 :class:`~unifl.core.errors.EncodingOverflowError` before computing.
+
+Scales: any s in [0, MAX_SCALE_BITS] = [0, 1074].  The FL algorithms use 2^24 (vertical LR/LinR,
+SecureBoost's gradients) and 2^40 (horizontal LR).  The upper end is where scaling stops adding
+precision: the smallest positive float64 is 2^-1074, so at s = 1074 every finite float64 is already
+an integer.  Whether a value fits at a scale is decided by max_int alone (the key size), on encode.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from ..core.errors import EncodingOverflowError, OperandError
 
 DEFAULT_SCALE_BITS = 24
+#: The finest scale :func:`encode` takes (see the module docstring).
+MAX_SCALE_BITS = 1074
 
 
 @dataclass(frozen=True)
@@ -42,15 +50,35 @@ def default_scale(values) -> int:
     return DEFAULT_SCALE_BITS
 
 
+def check_scale(scale_bits: int) -> int:
+    """``scale_bits`` as an int, if it is an integer in [0, MAX_SCALE_BITS].
+
+    Raises:
+        OperandError: not an integer, or outside that range.
+    """
+    if isinstance(scale_bits, (bool, np.bool_)) or not isinstance(scale_bits, (int, np.integer)):
+        raise OperandError(f"scale_bits must be an integer, got {type(scale_bits).__name__}")
+    if not 0 <= int(scale_bits) <= MAX_SCALE_BITS:
+        raise OperandError(f"scale_bits must lie in [0, {MAX_SCALE_BITS}], got {int(scale_bits)}")
+    return int(scale_bits)
+
+
+def _round_scaled(x: float, scale_bits: int) -> int:
+    """round(x·2^s) exactly, halves to even (as ``np.rint``), for any finite float and any s: x is
+    the fraction a/2^k of its own bits, so x·2^s = a·2^s / 2^k with no float arithmetic at all."""
+    num, den = x.as_integer_ratio()
+    return round(Fraction(num << scale_bits, den))
+
+
 def encode(values, scale_bits: int, max_int: int) -> Encoded:
-    """round(x·2^scale_bits) for every x of ``values`` (array-like of ints or floats), signed.
+    """round(x·2^scale_bits) for every x of ``values`` (array-like of ints or floats), signed,
+    halves rounded to even; exact for every float64 and every scale in [0, MAX_SCALE_BITS].
 
     Raises:
         EncodingOverflowError: some |round(x·2^s)| > max_int.
-        OperandError: non-finite values.
+        OperandError: non-finite values, or a scale outside [0, MAX_SCALE_BITS].
     """
-    if scale_bits < 0:
-        raise OperandError("scale_bits must be >= 0")
+    scale_bits = check_scale(scale_bits)
     arr = np.asarray(values)
     flat = arr.reshape(-1)
     if arr.dtype.kind in "iub":
@@ -58,9 +86,15 @@ def encode(values, scale_bits: int, max_int: int) -> Encoded:
     elif arr.dtype.kind == "f":
         if not np.isfinite(flat).all():
             raise OperandError("cannot encode NaN or infinity")
-        # x·2^s is exact in binary floating point; rint then int() is exact too
-        scaled = np.rint(np.ldexp(flat.astype(np.float64), scale_bits))
-        ints = [int(v) for v in scaled.tolist()]
+        # x·2^s is exact in binary floating point while it stays below 2^1024; rint then int()
+        # is exact too.  Past that, ldexp gives inf: those values take the exact integer path.
+        flat = flat.astype(np.float64)
+        with np.errstate(over="ignore"):          # inf is handled just below
+            scaled = np.rint(np.ldexp(flat, scale_bits))
+        if np.isfinite(scaled).all():
+            ints = [int(v) for v in scaled.tolist()]
+        else:
+            ints = [_round_scaled(v, scale_bits) for v in flat.tolist()]
     elif arr.dtype.kind == "O":
         ints = []
         for v in flat.tolist():
@@ -70,7 +104,7 @@ def encode(values, scale_bits: int, max_int: int) -> Encoded:
                 f = float(v)
                 if not math.isfinite(f):
                     raise OperandError("cannot encode NaN or infinity")
-                ints.append(round(math.ldexp(f, scale_bits)))
+                ints.append(_round_scaled(f, scale_bits))
     else:
         raise OperandError(f"cannot encode values of dtype {arr.dtype}")
     bound = max((abs(v) for v in ints), default=0)
@@ -104,16 +138,20 @@ def from_residues(residues: list[int], n: int, max_int: int) -> list[int]:
 def decode(ints: list[int], scale_bits: int, shape=None, exact: bool = False) -> np.ndarray:
     """Signed ints at scale 2^scale_bits to a float64 array (or Python ints with ``exact`` and s=0)."""
     if exact or scale_bits == 0:
-        if scale_bits:
-            from fractions import Fraction
-            vals = [Fraction(v, 1 << scale_bits) for v in ints]
-        else:
-            vals = ints
+        vals: list[Fraction] | list[int] = (
+            [Fraction(v, 1 << scale_bits) for v in ints] if scale_bits else ints)
         out = np.empty(len(vals), dtype=object)
         out[:] = vals
     else:
-        out = np.array([math.ldexp(v, -scale_bits) if abs(v) < (1 << 1000) else
-                        float(v) / (1 << scale_bits) for v in ints], dtype=np.float64)
+        try:
+            # int / int is correctly rounded in Python whatever the operands' size; only a
+            # quotient beyond the float64 range fails
+            out = np.array([math.ldexp(v, -scale_bits) if abs(v) < (1 << 1000) else
+                            v / (1 << scale_bits) for v in ints], dtype=np.float64)
+        except OverflowError:
+            raise EncodingOverflowError(
+                f"a decrypted value at scale 2^-{scale_bits} exceeds the float64 range; decode "
+                "it exactly (exact=True)") from None
     return out.reshape(shape) if shape is not None else out
 
 
