@@ -1,18 +1,24 @@
 # Two entry points for a fresh machine (each sets up its own virtual environment):
 #   make demo   -- the main job
-#   make test   -- the whole test suite (what CI runs)
+#   make test   -- the import contracts and types (make lint), then the whole test suite (what CI runs)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 
-.PHONY: demo test test-full test-fate bench build devices fuzz clean
+.PHONY: demo test test-full test-fate lint bench build devices fuzz clean
 
 demo: build
 	$(BIN)/unifl demo
 
-test: build
+test: build lint
 	$(BIN)/python -m pytest -q -rs -m "not slow" -p no:cacheprovider
+
+# the architecture (pyproject.toml [tool.importlinter]: layers, backends on core only, no cycles) and
+# the types ([tool.mypy]); docs/architecture.md explains both.  Needs the venv, not the build.
+lint: $(STAMP)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 test-full: build
 	UNIFL_FULL=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider
@@ -60,4 +66,4 @@ $(STAMP): requirements.txt requirements-cuda.txt setup.py
 	touch $(STAMP)
 
 clean:
-	rm -rf build $(VENV) unifl/backends/*/*.so
+	rm -rf build $(VENV) .mypy_cache unifl/backends/*/*.so

@@ -50,6 +50,11 @@ def test_ops_suite_has_o1_to_o9_with_cpu_reference(tmp_path):
 
 def test_peers_suite_measures_phe_and_labels_quoted(tmp_path):
     rows = run_suite(tmp_path, "peers")
+    (data,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    try:
+        import fate.arch  # noqa: F401
+    except ImportError:   # FATE's kit is measured only in FATE's venv, never in --quick: said so
+        assert any(w.startswith("FATE kit") for w in data["skipped"])
     impls = {r["impl"] for r in rows}
     assert "phe (python-paillier)" in impls and "unifl native" in impls
     for r in rows:
@@ -75,3 +80,73 @@ def test_table2_suite(tmp_path):
 def test_unknown_suite_is_refused(tmp_path):
     res = CliRunner().invoke(app, ["bench", "--suite", "nope", "--out", str(tmp_path)])
     assert res.exit_code != 0
+
+
+# ---- the harness and the worker protocol (no timing asserted) ---------------------------------
+def test_summarize_gives_median_spread_and_quartiles():
+    from unifl.bench.harness import summarize
+    st = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert st.median == 3.0 and st.spread == (1.0, 5.0) and st.iqr == (2.0, 4.0)
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_measure_warms_up_once_and_counts_reported_ops():
+    from unifl.bench import measure_full
+    calls = []
+
+    def work():
+        calls.append(1)
+        return 7
+    st = measure_full(work, min_time=0.001, repeats=3)
+    assert len(calls) >= 4      # the untimed warm-up plus at least one call per repetition
+    assert st.spread[0] <= st.iqr[0] <= st.median <= st.iqr[1] <= st.spread[1]
+
+
+def test_row_round_trips_and_refuses_foreign_fields():
+    from unifl.bench import Row
+    row = Row("peers", "encrypt", 1024, "x", 10.0, (9.0, 11.0), iqr=(9.5, 10.5), repeats=3)
+    assert Row.from_dict(json.loads(json.dumps(row.to_dict()))) == row
+    with pytest.raises(ValueError, match="unknown field"):
+        Row.from_dict({**row.to_dict(), "speedup": 3})
+    with pytest.raises(ValueError, match="lacks field"):
+        Row.from_dict({k: v for k, v in row.to_dict().items() if k != "impl"})
+
+
+def test_worker_output_must_be_one_rows_document():
+    from unifl.bench.peers import parse_worker_output
+    from unifl.core.errors import BenchmarkWorkerError
+    for junk in ("", "log line\n{}", json.dumps({"schema": "other/1", "rows": []}),
+                 json.dumps({"schema": "unifl-bench-rows/1", "rows": [{"op": "x"}]})):
+        with pytest.raises(BenchmarkWorkerError):
+            parse_worker_output(junk)
+
+
+def test_worker_keeps_noise_off_the_document(monkeypatch, capfd):
+    import os
+
+    from unifl.bench import Row, peers, worker
+
+    def noisy_rows(bits, min_time, repeats, quick, backends):
+        os.write(1, b"a C library writing to fd 1\n")
+        return [Row("peers", "encrypt", bits, f"kit {backends}", 5.0, (4.0, 6.0))]
+    monkeypatch.setattr(peers, "fate_kit_rows", noisy_rows)
+    assert worker.main(["fate-kit", "--bits", "1024", "--backend", "native"]) == 0
+    out, err = capfd.readouterr()
+    (row,) = peers.parse_worker_output(out)
+    assert row.impl == "kit ['native']" and row.bits == 1024
+    assert "a C library writing to fd 1" in err
+
+
+def test_worker_failure_is_a_typed_error_with_its_stderr():
+    import sys
+
+    from unifl.bench.peers import run_worker
+    from unifl.core.errors import BenchmarkWorkerError
+    try:
+        import fate.arch  # noqa: F401
+        pytest.skip("FATE is importable here: the worker would succeed")
+    except ImportError:
+        pass
+    with pytest.raises(BenchmarkWorkerError, match="(?s)exited 1.*No module named"):
+        run_worker(sys.executable, ["fate-kit", "--bits", "1024", "--repeats", "1"], timeout=120)

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 import numpy as np
 import typer
@@ -85,55 +85,39 @@ def bench(suite: List[str] = typer.Option(["table2", "ops"],
           min_time: float = typer.Option(0.3, help="seconds per timed repetition"),
           repeats: int = typer.Option(3, help="timed repetitions (median and spread)"),
           out: Path = typer.Option(Path("bench/results"), help="folder for JSON and PNG")) -> None:
-    """Benchmark the backends against baselines measured in the same run (see unifl/bench.py)."""
+    """Benchmark the backends against baselines measured in the same run (see unifl/bench/)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from . import bench as B
+    from .bench import SUITES, Row, Session, report
     from .core import registry
-    known = ("table2", "ops", "peers", "e2e")
-    bad = [s for s in suite if s not in known]
+    bad = [s for s in suite if s not in SUITES]
     if bad:
-        raise typer.BadParameter(f"unknown suite(s) {bad}; choose from {', '.join(known)}")
-    names = backend or [n for n in registry.available()]
+        raise typer.BadParameter(f"unknown suite(s) {bad}; choose from {', '.join(SUITES)}")
+    chosen = [s for s in SUITES if s in suite]   # always in the documented order
+    names = backend or registry.available()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True) as prog:
         task = prog.add_task("benchmarking", total=None)
-        count = [0]
 
-        def progress(row):
-            count[0] += 1
-            prog.update(task, description=f"[{row.suite}] {count[0]} rows; last: {row.op} "
-                                          f"{row.bits} on {row.impl}")
-        bench_ = B.Bench(names, min_time=min_time, repeats=repeats, quick=quick, progress=progress)
-        for s in known:
-            if s in suite:
-                prog.update(task, description=f"[{s}] starting")
-                getattr(bench_, s)()
-    table = Table(title="UniFL benchmark (median of repetitions; ratios within this run)")
-    for col in ("suite", "op", "bits", "impl", "ops/s or s", "spread (min-max)", "vs baseline",
-                "source"):
-        table.add_column(col)
-    for r in bench_.rows:
-        impl = r.impl + (f" [stand-in: {r.stand_in}]" if r.stand_in else "")
-        ratio = f"{r.ratio:.2f}x {r.baseline}" if r.ratio else "-"
-        if r.seconds is not None:
-            val, spread = f"{r.seconds:.2f} s", f"{r.spread[0]:.2f}-{r.spread[1]:.2f} s"
-        else:
-            val, spread = f"{r.ops_per_s:,.0f}/s", f"{r.spread[0]:,.0f}-{r.spread[1]:,.0f}"
-        table.add_row(r.suite, r.op, str(r.bits), impl, val, spread, ratio, r.source)
-    console.print(table)
+        def progress(row: Row) -> None:
+            prog.update(task, description=f"[{row.suite}] {len(session.rows)} rows; last: "
+                                          f"{row.op} {row.bits} on {row.impl}")
+        session = Session(names, min_time=min_time, repeats=repeats, quick=quick,
+                          progress=progress)
+        for s in chosen:
+            prog.update(task, description=f"[{s}] starting")
+            SUITES[s](session)
+    console.print(report.table(session.rows))
+    for what in session.skipped:
+        console.print(f"[yellow]not measured: {what}[/yellow]")
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    data = bench_.to_json()
+    data = report.to_json(session)
     (out / f"bench-{stamp}.json").write_text(json.dumps(data, indent=1))
     written = [f"bench-{stamp}.json"]
-    try:
-        for s in known:
-            if s in suite:
-                B.plot(data["rows"], str(out / f"bench-{stamp}-{s}.png"), suite=s)
-                written.append(f"bench-{stamp}-{s}.png")
-    except ImportError:
-        console.print("install matplotlib for the plots")
+    for s in chosen:
+        report.plot(data["rows"], out / f"bench-{stamp}-{s}.png", suite=s)
+        written.append(f"bench-{stamp}-{s}.png")
     console.print(f"wrote {', '.join(str(out / w) for w in written)}")
 
 
@@ -146,7 +130,7 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def print_results(results: dict[str, dict], title: str) -> None:
+def print_results(results: Mapping[str, Mapping[str, Any]], title: str) -> None:
     """FLASH Table 1 style: sub-task, crypto ops, time, and the backend/device that ran it; then
     the per-op hardware report, the fallbacks (loudly) and the model's metrics."""
     from .party import hardware_label
@@ -229,7 +213,8 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
     `unifl run --config guest_fpga.yaml --job demo_vlr_breast.yaml`."""
     import logging
 
-    from .configs import PartyConfig, load_job, load_party, validate
+    from .app.params import load_job
+    from .configs import PartyConfig, load_party, validate
     from .core.errors import ConfigError, UniflError
     from .party import run_party
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -272,7 +257,9 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
                       f"{result['role']}")
 
 
-def _json_default(obj):
+def _json_default(obj: Any) -> Any:
+    """JSON for what ``json`` cannot encode itself: NumPy scalars and arrays as numbers and lists,
+    anything else by its text."""
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -310,7 +297,7 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
                   f"[/cyan], host on [cyan]{host_config}[/cyan], one process per party on "
                   "127.0.0.1 (gRPC over mutual TLS, throwaway demo certificates)")
 
-    def started(pids, run_dir):
+    def started(pids: Mapping[str, int], run_dir: Path) -> None:
         console.print(f"started guest (pid {pids['guest']}) and host (pid {pids['host']}); "
                       f"logs and results in {run_dir}")
     t0 = time.perf_counter()
@@ -323,7 +310,8 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
     except UniflError as exc:
         console.print(f"[bold red]{type(exc).__name__}: {exc}[/bold red]")
         raise typer.Exit(_exit_code(exc))
-    ordered = {r: results[r] for r in ("guest", "host", "arbiter") if r in results}
+    ordered: dict[str, dict[str, Any]] = {r: results[r] for r in ("guest", "host", "arbiter")
+                                          if r in results}
     algo = ordered["guest"].get("algorithm", "")
     data = ordered["guest"].get("dataset", dataset)
     print_results(ordered, f"UniFL demo: {algo} on {data}, {len(ordered)} processes over gRPC "

@@ -7,15 +7,27 @@ from_mont(x̄) = MontMult(x̄, 1).
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
+from ..core.backend import Backend
+from ..core.contract import Limbs, OpContract
 from ..core.errors import OperandError
 from ..core.limbs import LIMB_BITS, DeviceBatch, from_limbs, limb_count, to_limbs
 from ..core.montgomery import MontContext, check_modulus, mont_context, mont_mul_ref
 
 __all__ = ["MontContext", "mont_context", "check_modulus", "mont_mul", "to_mont", "from_mont",
            "constant", "to_limbs", "from_limbs", "limb_count", "mont_mul_ref", "LIMB_BITS",
-           "DeviceBatch", "operand"]
+           "DeviceBatch", "operand", "native", "Limbs"]
+
+
+def native(backend: Backend) -> OpContract:
+    """``backend`` seen through the op contract, so that every ``op_<name>`` call is checked against
+    the contract's typed signature.  A layer calls an op this way only when
+    ``backend.implements(name)`` (``mont_mul`` always): the contract types the call, the backend's
+    ``native_ops`` decides whether the method exists."""
+    return cast(OpContract, backend)
 
 
 def constant(ctx: MontContext, value: int, n: int) -> np.ndarray:
@@ -24,7 +36,8 @@ def constant(ctx: MontContext, value: int, n: int) -> np.ndarray:
     return np.repeat(row, n, axis=0)
 
 
-def operand(backend, ctx: MontContext, x, name: str, checked: bool = True):
+def operand(backend: Backend, ctx: MontContext, x: Limbs, name: str, checked: bool = True
+            ) -> Limbs:
     """``x`` as ``backend``'s ops take it (``backend.own_batch``): a batch already in the backend's
     device memory as is, anything else as a contiguous host array, range-checked unless
     ``checked=False``.  A device batch is not checked: it was produced by the backend's own kernels,
@@ -34,12 +47,13 @@ def operand(backend, ctx: MontContext, x, name: str, checked: bool = True):
             raise OperandError(f"{name}: expected shape (N, {ctx.num_limbs}) for a {ctx.bits}-bit "
                                f"modulus, got {x.shape}")
         return x
-    x = ctx.check_operands(x, name) if checked else x
-    return backend.own_batch(x)
+    host = ctx.check_operands(x, name) if checked else x
+    batch: Limbs = backend.own_batch(host)
+    return batch
 
 
-def mont_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray, *, checked: bool = True
-             ) -> np.ndarray:
+def mont_mul(backend: Backend, ctx: MontContext, a: Limbs, b: Limbs, *, checked: bool = True
+             ) -> Limbs:
     """Batched MontMult on ``backend``.  ``b`` may be one row (broadcast to the batch).
 
     ``checked=False`` skips the range checks; the layers above use it for values they produced.
@@ -55,14 +69,14 @@ def mont_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray, *, checked
         raise OperandError(f"mont_mul: batch shapes differ, {a.shape} and {b.shape}")
     if a.shape[0] == 0:
         return np.empty(a.shape, np.uint64)
-    return backend.op_mont_mul(ctx, a, b)
+    return native(backend).op_mont_mul(ctx, a, b)
 
 
-def to_mont(backend, ctx: MontContext, x: np.ndarray) -> np.ndarray:
+def to_mont(backend: Backend, ctx: MontContext, x: Limbs) -> Limbs:
     """x·R mod m, as MontMult(x, R²)."""
     return mont_mul(backend, ctx, x, constant(ctx, ctx.r2, 1), checked=False)
 
 
-def from_mont(backend, ctx: MontContext, x: np.ndarray) -> np.ndarray:
+def from_mont(backend: Backend, ctx: MontContext, x: Limbs) -> Limbs:
     """x̄·R^-1 mod m, as MontMult(x̄, 1)."""
     return mont_mul(backend, ctx, x, constant(ctx, 1, 1), checked=False)

@@ -109,11 +109,18 @@ class PrivateKeyExposure(UniflError, TypeError):
     path over mutually authenticated TLS."""
 
 
-class DeviceDataLost(BackendUnavailable):
-    """Values held only in the memory of a device that failed cannot be read back, so the work that
-    needs them cannot be re-run on another backend; the job has to resume from a checkpoint."""
-
-
 class DeviceError(UniflError, RuntimeError):
     """A device (GPU, FPGA card, QAT instance) or its driver failed while running an op: a launch, a
     copy, a request that came back failed.  The scheduler's fallback chain hands the batch on."""
+
+
+class DeviceDataLost(DeviceError):
+    """Values held only in the memory of a device that failed cannot be read back, so the work that
+    needs them cannot be re-run on another backend; the job has to resume from a checkpoint.  A
+    device fault, but not one the fallback chain can mend: it is raised to the caller, never re-run."""
+
+
+class BenchmarkWorkerError(UniflError, RuntimeError):
+    """A benchmark measured in another interpreter (``python -m unifl.bench.worker``, e.g. FATE's kit
+    in FATE's own virtual environment) failed, timed out or broke the one-JSON-document-on-stdout
+    protocol; the message has the command's exit status and the end of its stderr."""

@@ -43,4 +43,4 @@ def window_digits(exps: np.ndarray, w: int, num_windows: int) -> np.ndarray:
         bits = np.concatenate([bits, np.zeros((n, total - bits.shape[1]), np.uint8)], axis=1)
     bits = bits[:, :total].reshape(n, num_windows, w).astype(np.int64)
     weights = 1 << np.arange(w, dtype=np.int64)
-    return (bits * weights).sum(axis=2).T[::-1]  # type: ignore[no-any-return]
+    return (bits * weights).sum(axis=2).T[::-1]

@@ -7,9 +7,10 @@ Python ints appear only at the API edges; conversion goes through ``int.to_bytes
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from .errors import OperandError
 
@@ -37,17 +38,17 @@ def to_limbs(values: Iterable[int], num_limbs: int) -> np.ndarray:
     return np.frombuffer(buf, dtype="<u8").reshape(-1, num_limbs).astype(np.uint64, copy=True)
 
 
-def from_limbs(limbs: np.ndarray) -> list[int]:
+def from_limbs(limbs: npt.ArrayLike) -> list[int]:
     """Unpack an (N, L) uint64 array (or a :class:`DeviceBatch`, fetched) into Python ints."""
-    limbs = np.ascontiguousarray(limbs, dtype="<u8")
-    if limbs.ndim != 2:
-        raise OperandError(f"limb arrays are 2-D (N, L), got shape {limbs.shape}")
-    width = limbs.shape[1] * LIMB_BYTES
-    raw = limbs.tobytes()
+    arr = np.ascontiguousarray(limbs, dtype="<u8")
+    if arr.ndim != 2:
+        raise OperandError(f"limb arrays are 2-D (N, L), got shape {arr.shape}")
+    width = arr.shape[1] * LIMB_BYTES
+    raw = arr.tobytes()
     return [int.from_bytes(raw[i:i + width], "little") for i in range(0, len(raw), width)]
 
 
-def less_than(limbs: np.ndarray, bound_limbs: np.ndarray) -> np.ndarray:
+def less_than(limbs: npt.ArrayLike, bound_limbs: npt.ArrayLike) -> np.ndarray:
     """Vectorised ``limbs[i] < bound`` (lexicographic from the top limb), as a bool array of length N.
 
     ``bound_limbs`` is one value (shape (L,)) or one per row (shape (N, L)).
@@ -59,7 +60,8 @@ def less_than(limbs: np.ndarray, bound_limbs: np.ndarray) -> np.ndarray:
     any_diff = neq.any(axis=1)
     top = a.shape[1] - 1 - np.argmax(neq[:, ::-1], axis=1)
     rows = np.arange(a.shape[0])
-    return any_diff & (a[rows, top] < b[rows, top])
+    less: np.ndarray = any_diff & (a[rows, top] < b[rows, top])
+    return less
 
 
 class DeviceBatch:
@@ -97,7 +99,8 @@ class DeviceBatch:
             self._host = host
         return self._host
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+                  ) -> np.ndarray:
         host = self.fetch()
         if dtype is not None and np.dtype(dtype) != host.dtype:
             return host.astype(dtype)
@@ -110,20 +113,20 @@ class DeviceBatch:
     def __len__(self) -> int:
         return self.shape[0]
 
-    def __getitem__(self, key) -> np.ndarray:
+    def __getitem__(self, key: Any) -> Any:
         return self.fetch()[key]
 
     def copy(self) -> np.ndarray:
         return self.fetch().copy()
 
     # the read-only ndarray methods the layers use on limb batches, on the fetched values
-    def astype(self, dtype, copy: bool = True) -> np.ndarray:
+    def astype(self, dtype: npt.DTypeLike, copy: bool = True) -> np.ndarray:
         return self.fetch().astype(dtype, copy=copy)
 
     def tobytes(self) -> bytes:
         return self.fetch().tobytes()
 
-    def reshape(self, *shape) -> np.ndarray:
+    def reshape(self, *shape: Any) -> np.ndarray:
         return self.fetch().reshape(*shape)
 
     def __repr__(self) -> str:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
+import numpy.typing as npt
 
 from .errors import OperandError
 from .limbs import LIMB_BITS, limb_count, to_limbs
@@ -38,13 +40,15 @@ class MontContext:
 
     @property
     def R(self) -> int:  # noqa: N802 - the paper's name
+        """R = 2^(64·L), the Montgomery radix of this modulus."""
         return 1 << (LIMB_BITS * self.num_limbs)
 
     @property
     def fingerprint(self) -> str:
+        """First 16 hex digits of SHA-256 over m's limbs: names a modulus in logs and reports."""
         return hashlib.sha256(self.m.to_bytes(self.num_limbs * 8, "little")).hexdigest()[:16]
 
-    def check_operands(self, limbs: np.ndarray, name: str) -> np.ndarray:
+    def check_operands(self, limbs: npt.ArrayLike, name: str) -> np.ndarray:
         """Validate an (N, L) operand batch for this modulus; returns it as contiguous uint64."""
         from .limbs import less_than
 
@@ -57,7 +61,7 @@ class MontContext:
             raise OperandError(f"{name}: operand >= modulus")
         return arr
 
-    def to_limbs(self, values) -> np.ndarray:
+    def to_limbs(self, values: Iterable[int]) -> np.ndarray:
         """Python ints in [0, m) to limbs, with a range check naming the problem."""
         vals = [int(v) for v in values]
         for v in vals:
@@ -68,6 +72,12 @@ class MontContext:
 
 
 def check_modulus(m: int) -> int:
+    """``m`` as an int once it is usable for Montgomery arithmetic: odd, at least 3 and at most
+    :data:`MAX_MODULUS_BITS` bits (R = 2^(64·L) is invertible mod m only for odd m).
+
+    Raises:
+        OperandError: naming which condition ``m`` breaks.
+    """
     m = int(m)
     if m < 3:
         raise OperandError(f"modulus must be > 2, got {m}")

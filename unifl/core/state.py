@@ -30,12 +30,12 @@ class DeviceState:
         """The cached state ``tag`` of ``holder`` (a key-material record or a ``MontContext``)."""
         per = self._states.get(holder)
         if per is not None and tag in per:
-            return per[tag]  # type: ignore[no-any-return]
+            return per[tag]
         with self._lock:
             per = self._states.setdefault(holder, {})
             if tag not in per:
                 per[tag] = build()
-            return per[tag]  # type: ignore[no-any-return]
+            return per[tag]
 
     def peek(self, holder: object, tag: Hashable) -> Any | None:
         """The state if it was built, else None (never builds)."""

@@ -8,8 +8,10 @@ from __future__ import annotations
 import gmpy2
 import numpy as np
 
-from ..base_op import MontContext, constant, from_mont, mont_mul, operand, to_mont
-from ..core.limbs import from_limbs, limb_count, to_limbs
+from ..base_op import MontContext, constant, from_mont, mont_mul, native, operand, to_mont
+from ..core.backend import Backend
+from ..core.contract import Limbs
+from ..core.limbs import from_limbs, to_limbs
 from ..core.errors import OperandError
 from ..core.exponents import exp_limbs
 from . import compose
@@ -25,39 +27,39 @@ def _check_exps(exps: np.ndarray, n: int) -> np.ndarray:
     return exps
 
 
-def mod_mul(backend, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def mod_mul(backend: Backend, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
     """a·b mod m.  Composed as MontMult(MontMult(a, b), R²) = a·b (two MontMults, not Alg. 2's four:
     the R^-1 of the first is cancelled by the R² of the second)."""
     a = operand(backend, ctx, a, "a")
     b = operand(backend, ctx, b, "b")
     if backend.implements("mod_mul"):
-        return backend.op_mod_mul(ctx, a, b)
+        return native(backend).op_mod_mul(ctx, a, b)
     return to_mont(backend, ctx, mont_mul(backend, ctx, a, b, checked=False))
 
 
-def mont_exp(backend, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
+def mont_exp(backend: Backend, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
     """(x^e)·R mod m for x̄ = x·R mod m: exponentiation that stays in the Montgomery domain."""
     base_mont = operand(backend, ctx, base_mont, "base", checked=False)
     exps = _check_exps(exps, base_mont.shape[0])
     if base_mont.shape[0] == 0:
         return np.empty(base_mont.shape, np.uint64)
     if backend.implements("mont_exp"):
-        return backend.op_mont_exp(ctx, base_mont, exps)
+        return native(backend).op_mont_exp(ctx, base_mont, exps)
     return compose.mont_exp(backend, ctx, base_mont, exps)
 
 
-def mod_exp(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+def mod_exp(backend: Backend, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
     """base^e mod m (UniFL Alg. 3 with sliding windows when composed)."""
     base = operand(backend, ctx, base, "base")
     exps = _check_exps(exps, base.shape[0])
     if base.shape[0] == 0:
         return np.empty(base.shape, np.uint64)
     if backend.implements("mod_exp"):
-        return backend.op_mod_exp(ctx, base, exps)
+        return native(backend).op_mod_exp(ctx, base, exps)
     return from_mont(backend, ctx, mont_exp(backend, ctx, to_mont(backend, ctx, base), exps))
 
 
-def mod_exp_secret(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+def mod_exp_secret(backend: Backend, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
     """base^e mod m where e (and usually the base) is SECRET: CRT decryption (c^(p−1) mod p²), RSA's
     private operation (y^dp mod p), the key owner's obfuscators (y^p mod p²).  Same result as
     :func:`mod_exp`, bit for bit.
@@ -73,13 +75,13 @@ def mod_exp_secret(backend, ctx: MontContext, base: np.ndarray, exps: np.ndarray
     if base.shape[0] == 0:
         return np.empty(base.shape, np.uint64)
     if backend.implements("mod_exp_secret"):
-        return backend.op_mod_exp_secret(ctx, base, exps)
+        return native(backend).op_mod_exp_secret(ctx, base, exps)
     x = to_mont(backend, ctx, base)
     return from_mont(backend, ctx, compose.mont_exp_fixed_schedule(backend, ctx, x, exps))
 
 
-def mont_multi_exp(backend, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarray
-                   ) -> np.ndarray:
+def mont_multi_exp(backend: Backend, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray
+                   ) -> Limbs:
     """out[k] = prod_i bases[i]^exps[k, i], all in Montgomery form: K multi-exponentiations sharing
     their N bases (the heart of ciphertext×plaintext matmul).  ``exps`` has shape (K, N, Le)."""
     bases_mont = operand(backend, ctx, bases_mont, "bases", checked=False)
@@ -92,12 +94,12 @@ def mont_multi_exp(backend, ctx: MontContext, bases_mont: np.ndarray, exps: np.n
     if bases_mont.shape[0] == 0:
         return constant(ctx, ctx.r_mod, exps.shape[0])
     if backend.implements("mont_multi_exp"):
-        return backend.op_mont_multi_exp(ctx, bases_mont, exps)
+        return native(backend).op_mont_multi_exp(ctx, bases_mont, exps)
     return compose.mont_multi_exp(backend, ctx, bases_mont, exps)
 
 
-def mont_prod_groups(backend, ctx: MontContext, a_mont: np.ndarray, groups: np.ndarray,
-                     num_groups: int) -> np.ndarray:
+def mont_prod_groups(backend: Backend, ctx: MontContext, a_mont: Limbs, groups: np.ndarray,
+                     num_groups: int) -> Limbs:
     """Product of the rows of each group (Montgomery form); row g is R mod m when group g is empty.
     With ciphertexts this is the homomorphic sum per bin of a histogram (FLASH O6)."""
     a_mont = operand(backend, ctx, a_mont, "a", checked=False)
@@ -107,11 +109,11 @@ def mont_prod_groups(backend, ctx: MontContext, a_mont: np.ndarray, groups: np.n
     if groups.size and (groups.min() < 0 or groups.max() >= num_groups):
         raise OperandError(f"group ids must lie in [0, {num_groups})")
     if backend.implements("mont_prod_groups"):
-        return backend.op_mont_prod_groups(ctx, a_mont, groups, int(num_groups))
+        return native(backend).op_mont_prod_groups(ctx, a_mont, groups, int(num_groups))
     return compose.mont_prod_groups(backend, ctx, a_mont, groups, int(num_groups))
 
 
-def mont_inverse(backend, ctx: MontContext, a_mont: np.ndarray) -> np.ndarray:
+def mont_inverse(backend: Backend, ctx: MontContext, a_mont: Limbs) -> Limbs:
     """(x^-1)·R mod m for every row x̄ = x·R mod m: the modular inverse, staying in the Montgomery
     domain (a Paillier ciphertext's inverse is the encryption of the negated plaintext).
 
@@ -128,7 +130,7 @@ def mont_inverse(backend, ctx: MontContext, a_mont: np.ndarray) -> np.ndarray:
         return np.empty(a_mont.shape, np.uint64)
     if backend.implements("mont_inverse"):
         try:
-            return backend.op_mont_inverse(ctx, a_mont)
+            return native(backend).op_mont_inverse(ctx, a_mont)
         except ValueError as exc:
             raise OperandError(f"no inverse modulo the {ctx.bits}-bit modulus: {exc}") from None
     plain = from_limbs(from_mont(backend, ctx, a_mont))

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import base_op
 from ..core.backend import Backend
+from ..core.contract import Limbs
 from ..core.errors import OperandError
 from ..core.exponents import exp_limbs
 from ..core.limbs import as_int_list, from_limbs
@@ -49,15 +50,16 @@ def mod_exp(backend: Backend, base: IntBatch, exp: int | Sequence[int],
         raise OperandError(f"mod_exp: {len(bases)} bases but {len(exps)} exponents")
     if any(e < 0 for e in exps):
         raise OperandError("mod_exp: negative exponent")
-    return _per_modulus(bases, exps, m,
-                        lambda ctx, x, e: _mod_exp(backend, ctx, x, exp_limbs(e)),
+    return _per_modulus(bases, exps, m, lambda ctx, x, e: _mod_exp(backend, ctx, x, e),
                         second_is_exponent=True, shared_second=shared)
 
 
 def _per_modulus(a: IntBatch, b: IntBatch, m: int | Sequence[int],
-                 fn: Callable[[MontContext, np.ndarray, "np.ndarray | list[int]"], np.ndarray],
+                 fn: Callable[[MontContext, np.ndarray, np.ndarray], Limbs],
                  second_is_exponent: bool = False, shared_second: bool = False) -> list[int]:
-    """Run ``fn(ctx, a_limbs, b)`` per distinct modulus and put results back in input order."""
+    """Run ``fn(ctx, a_limbs, b_limbs)`` per distinct modulus and put results back in input order;
+    ``b`` goes in as operand limbs mod m, or as exponent limbs when ``second_is_exponent`` (one
+    shared exponent row when ``shared_second``)."""
     a = as_int_list(a)
     b = as_int_list(b)
     if not shared_second and len(a) != len(b):
@@ -75,9 +77,8 @@ def _per_modulus(a: IntBatch, b: IntBatch, m: int | Sequence[int],
     for mod, idx in groups.items():
         ctx = mont_context(mod)
         x = ctx.to_limbs([a[i] for i in idx])
-        y: "np.ndarray | list[int]"
         if second_is_exponent:
-            y = [b[0]] if shared_second else [b[i] for i in idx]
+            y = exp_limbs([b[0]] if shared_second else [b[i] for i in idx])
         else:
             y = ctx.to_limbs([b[i] for i in idx])
         for i, v in zip(idx, from_limbs(fn(ctx, x, y))):
