@@ -26,8 +26,9 @@ from unifl.backends.cpu import CpuBackend
 from unifl.backends.native import NativeBackend
 from unifl.base_op import DeviceBatch
 from unifl.configs import PartyConfig
-from unifl.core.errors import (BackendUnavailable, DeviceDataLost, EncodingOverflowError,
-                          InvalidCiphertextError, KeyMismatchError, OperandError)
+from unifl.core.errors import (BackendUnavailable, DeviceDataLost, DeviceError,
+                               EncodingOverflowError, InvalidCiphertextError, KeyMismatchError,
+                               OperandError)
 from unifl.scheduler import CountingBackend, MultiDeviceBackend, backend_from_config
 from unifl.scheduler.counting import batch_elements
 from unifl.scheduler.fallback import is_device_failure
@@ -188,6 +189,7 @@ def rows_for(be, op: str) -> list[dict]:
 
 # ------------------------------------------------------------------ whole batch falls back
 @pytest.mark.parametrize("exc", [
+    DeviceError("fpga Intel(R) FPGA / pac_a10: OpenCL clEnqueueNDRangeKernel failed: OUT_OF_RESOURCES"),
     RuntimeError("CUDA error 700: an illegal memory access was encountered"),
     OSError(5, "Input/output error"),
     BackendUnavailable("QAT instance 0 went away"),
@@ -311,9 +313,9 @@ def test_failed_piece_of_a_multi_exp_split_over_bases(faulty):
     be.close()
 
 
-@pytest.mark.skipif(not hasattr(mod_op, "mod_exp_secret"), reason="no mod_exp_secret op here")
-def test_an_op_added_to_the_contract_is_split_and_falls_back(faulty):
-    # ops without a splitting rule of their own get the generic row split, with the same fallback
+def test_a_shared_exponent_row_is_split_and_falls_back(faulty):
+    # mod_exp_secret by its row rule: a shared (1, Le) exponent goes whole to every piece, a
+    # per-row one is cut; a failed piece falls back like any other
     be = chain(devices=[{"threads": 1}, {"threads": 1}], executor="serial")
     d0, d1 = FaultyNative.instances
     m = random_odd_modulus(1024)
@@ -371,10 +373,16 @@ def test_caller_error_in_a_split_batch_is_not_retried(faulty):
 
 def test_device_failure_classification():
     import unifl.core.errors as errors
+    # what our own backends raise
+    assert is_device_failure(errors.DeviceError("launch failed"))
+    assert is_device_failure(BackendUnavailable("gone"))
+    # driver exception roots that escape a third-party backend untranslated
     assert is_device_failure(RuntimeError("CUDA error 700"))
     assert is_device_failure(OSError("ioctl failed")) and is_device_failure(TimeoutError())
-    assert is_device_failure(BackendUnavailable("gone")) and is_device_failure(DeviceDataLost("x"))
     assert is_device_failure(MemoryError())
+    # a device fault, but its data is gone: no re-run can mend it, so it reaches the caller
+    assert isinstance(DeviceDataLost("x"), errors.DeviceError)
+    assert not is_device_failure(DeviceDataLost("x"))
     for exc in (OperandError(""), InvalidCiphertextError(""), KeyMismatchError(""),
                 EncodingOverflowError(""), ValueError(), TypeError(), KeyError(), ZeroDivisionError(),
                 AssertionError(), NotImplementedError(), RecursionError(),

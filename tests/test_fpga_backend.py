@@ -107,7 +107,8 @@ def test_limb_arrays_and_device_state():
     """The limb-level op: constants uploaded once per context and instance, results (N, L) uint64;
     another instance (another card) never sees this one's buffers."""
     from unifl.base_op import mont_context, mont_mul
-    be = _fpga()
+    be = _fpga(mode="montmul")           # options given: an instance of its own, no state yet
+    assert len(be.state) == 0
     m = _modulus(1024)
     ctx = mont_context(m)
     a = ctx.to_limbs([secrets.randbelow(m) for _ in range(9)])
@@ -253,3 +254,71 @@ def test_without_pyopencl_the_probe_says_how_to_get_it():
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.startswith("False") and "pyopencl is not installed" in out.stdout, out
+
+
+# ------------------------------------------------------------------ typed device faults
+def _refusing(message: str):
+    """A stand-in for an OpenCL entry point the driver refuses (pyopencl's own error type)."""
+    import pyopencl as cl
+
+    def refuse(*args, **kwargs):
+        raise cl.RuntimeError(message)
+    return refuse
+
+
+@pytest.mark.parametrize("mode", ["montmul", "modexp"])
+def test_opencl_failure_mid_run_is_a_named_device_error(mode, monkeypatch):
+    """A launch, and a wait, that the driver refuses mid-run: FpgaDeviceError (a DeviceError) naming
+    the device and the OpenCL call, the driver's error chained; the fallback chain takes it."""
+    import pyopencl as cl
+    from unifl.backends.fpga.runtime import FpgaDeviceError
+    from unifl.base_op import mont_context
+    from unifl.core.errors import DeviceError
+    from unifl.scheduler.fallback import is_device_failure
+    be = _fpga(mode=mode, engines=4)
+    m = _modulus(1024)
+    ctx = mont_context(m)
+    a = ctx.to_limbs([secrets.randbelow(m) for _ in range(6)])
+    e = ctx.to_limbs([secrets.randbits(100) for _ in range(6)])
+    run = (lambda: be.op_mont_mul(ctx, a, a)) if mode == "montmul" else \
+        (lambda: be.op_mont_exp(ctx, a, e))
+    kernel = "montmul" if mode == "montmul" else "mont_exp"
+    good = run()                                        # builds the kernel, uploads the constants
+    monkeypatch.setitem(be.runtime._kernels, (kernel, ctx.num_limbs),
+                        _refusing("clEnqueueNDRangeKernel failed: OUT_OF_RESOURCES"))
+    with pytest.raises(FpgaDeviceError) as info:
+        run()
+    err = info.value
+    assert isinstance(err, DeviceError) and is_device_failure(err, be)
+    assert f"clEnqueueNDRangeKernel ({kernel}_L{ctx.num_limbs})" in str(err)
+    assert be.runtime.describe() in str(err) and "OUT_OF_RESOURCES" in str(err)
+    assert isinstance(err.__cause__, cl.Error)
+    monkeypatch.undo()
+    assert np.array_equal(run(), good)                  # the runtime itself is intact
+    monkeypatch.setattr(cl, "wait_for_events",
+                        _refusing("clWaitForEvents failed: EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST"))
+    with pytest.raises(FpgaDeviceError, match="OpenCL clWaitForEvents failed on .*EXEC_STATUS"):
+        run()
+
+
+def test_fpga_failing_mid_run_falls_back_bit_identically(monkeypatch):
+    """Through the scheduler: the failed batch is re-run on the next backend of the chain, with
+    results bit-identical to cpu, and the report names the OpenCL call that failed."""
+    import pyopencl as cl
+    from unifl import base_op, mod_op
+    from unifl.configs import PartyConfig
+    from unifl.scheduler import backend_from_config
+    _fpga()                                             # skips without an OpenCL device
+    be = backend_from_config(PartyConfig(party="guest", backend="fpga", fallback=["cpu"]))
+    assert be.selection["chosen"] == "fpga"
+    ctx = base_op.mont_context(_modulus(1024))
+    a = ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(10)])
+    exps = mod_op.exp_limbs([secrets.randbits(64) for _ in range(10)])
+    monkeypatch.setattr(cl, "enqueue_copy", _refusing("clEnqueueWriteBuffer failed: "
+                                                      "MEM_OBJECT_ALLOCATION_FAILURE"))
+    cpu = unifl.backend("cpu")
+    assert np.array_equal(mod_op.mod_exp(be, ctx, a, exps), mod_op.mod_exp(cpu, ctx, a, exps))
+    ev = be.fallback_events()[0]
+    assert (ev["from"], ev["to"]) == ("fpga", "cpu") and ev["reason"].startswith("FpgaDeviceError")
+    assert "clEnqueueWriteBuffer" in ev["reason"]
+    be.close()

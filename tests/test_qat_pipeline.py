@@ -164,3 +164,63 @@ def test_alg7_matmul_pipeline_matches_cpu(sim):
     assert np.array_equal(pipeline.mont_multi_exp(be, ctx, y, x, stats=st), ref)
     assert st.tasks == k * n
     assert np.array_equal(mod_op.mont_multi_exp(be, ctx, y, x), ref)
+
+
+# ------------------------------------------------------------------ typed driver failures
+def test_a_session_closed_under_a_batch_is_reopened_once(sim, monkeypatch):
+    """close() between the pipeline taking the session and submitting to it: the submission is
+    refused with QatSessionClosed, the pipeline takes a fresh session once, results are right."""
+    be = sim()
+    stale = be.session()
+    stale.close(0.0)
+    real = be.session
+    handed: list = []
+
+    def session_once_stale():
+        handed.append(len(handed))
+        return stale if len(handed) == 1 else real()
+    monkeypatch.setattr(be, "session", session_once_stale)
+    m, base, exps = _batch(1024, 12)
+    assert ints.mod_exp(be, base, exps, m) == [pow(b, e, m) for b, e in zip(base, exps)]
+    assert len(handed) == 2 and real().stats()["submitted"] == 12
+
+
+def test_a_refused_submission_is_a_named_device_error(sim):
+    from unifl.core.errors import DeviceError
+    from unifl.core.exponents import exp_limbs
+    from unifl.scheduler.fallback import is_device_failure
+    be = sim()
+    sess = be.session()
+    sess.close(0.0)
+    m, base, exps = _batch(512, 3)
+    ctx = mont_context(m)
+    with pytest.raises(runtime.QatSessionClosed) as info:
+        sess.start(ctx.to_limbs(base), exp_limbs(exps), ctx.m_limbs)
+    err = info.value
+    assert isinstance(err, runtime.QatError) and isinstance(err, DeviceError)
+    assert "QAT simulator" in str(err) and "section [SSL]" in str(err)
+    assert "cpaCyLnModExp" in str(err) and "closed" in str(err)
+    assert isinstance(err.__cause__, RuntimeError)          # the driver's own message, chained
+    assert is_device_failure(err, be)
+
+
+def test_qat_failing_mid_run_falls_back_bit_identically(sim, monkeypatch):
+    """Every submission refused (a session that stays closed): the batch is re-run on the next
+    backend of the party's chain, bit-identical, and the report names the QAT error."""
+    if not registry.probe("native").available:
+        pytest.skip("the fallback here is the native backend")
+    from unifl.configs import PartyConfig
+    from unifl.scheduler import backend_from_config
+    sim()                                                   # a fresh simulator session
+    monkeypatch.setenv("UNIFL_QAT_LIBRARY", "simulator")
+    be = backend_from_config(PartyConfig(party="guest", backend="qat", fallback=["native"]))
+    assert be.selection["chosen"] == "qat"
+    dead = be.inner.session()
+    dead.close(0.0)
+    monkeypatch.setattr(be.inner, "session", lambda: dead)
+    m, base, exps = _batch(1024, 9)
+    assert ints.mod_exp(be, base, exps, m) == [pow(b, e, m) for b, e in zip(base, exps)]
+    ev, = be.fallback_events()
+    assert (ev["op"], ev["from"], ev["to"], ev["elements"]) == ("mod_exp", "qat", "native", 9)
+    assert ev["reason"].startswith("QatSessionClosed") and "cpaCyLnModExp" in ev["reason"]
+    be.close()

@@ -18,22 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable
 
 from ..core.backend import OPS, Backend
-from .fallback import ChainMember, is_device_failure, own_batch_of
+from ..core.contract import SIGNATURES, describe as describe_op
+from .fallback import ChainMember, batch_elements, is_device_failure, own_batch_of
 
-
-def batch_elements(op: str, args: tuple) -> int:
-    """How many elements one call of ``op`` processes: rows of the batch; for a multi-exponentiation
-    the K·N base-exponent pairs."""
-    if op == "mont_multi_exp":
-        exps = args[2]
-        return int(exps.shape[0]) * int(exps.shape[1])
-    arr = args[1]   # (ctx|pk|sk, batch, ...) for every other op
-    return int(np.shape(arr)[0])
+__all__ = ["CountingBackend", "Counters", "batch_elements", "stand_in_of"]
 
 
 class Counters:
@@ -68,14 +59,22 @@ def stand_in_of(backend: Backend) -> str | None:
     return pr.stand_in if pr is not None else None
 
 
-class CountingBackend(ChainMember, Backend):
-    """``inner`` with every ``op_*`` call counted and timed.  ``device`` labels the report rows."""
+class CountingBackend(ChainMember):
+    """``inner`` with every ``op_*`` call counted and timed.  ``device`` labels the report rows.
+
+    A wrapper, not a device: the per-key and per-modulus state a device needs (uploaded constants,
+    native key objects) lives in ``inner.state`` and is built by ``inner`` itself.  The wrapper's own
+    ``state`` only holds what the layers above cache on "the backend they were handed" -- host data
+    computed through this wrapper, such as the SDK's generic fixed-base comb table -- which is valid
+    for any backend, since every backend's results are bit-identical."""
 
     def __init__(self, inner: Backend, device: str | None = None) -> None:
         super().__init__()
         self.inner = inner
-        self.name = inner.name
-        self.native_ops = frozenset(op for op in OPS if inner.implements(op))
+        # a wrapper's name and native ops are those of what it wraps, known per instance only
+        self.name = inner.name  # type: ignore[misc]
+        self.native_ops = frozenset(  # type: ignore[misc]
+            op for op in OPS if inner.implements(op))
         self.probe_result = inner.probe_result
         self.device = device or (", ".join(inner.devices) or inner.name)
         self.stand_in = stand_in_of(inner)
@@ -136,11 +135,20 @@ class CountingBackend(ChainMember, Backend):
         return getattr(self.inner, item)
 
 
-def _counted(op: str):
-    def method(self: CountingBackend, *args):
+def _counted(op: str) -> Callable[..., Any]:
+    """The wrapper's ``op_<op>``: the op of the contract, with its signature, counted and timed."""
+    sig = SIGNATURES[op]
+    arity = len(sig.parameters) - 1      # without self
+
+    def method(self: CountingBackend, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity:
+            bound = sig.bind(self, *args, **kwargs)
+            args = tuple(bound.args[1:])
         return self._run(op, args)
-    method.__name__ = method.__qualname__ = f"op_{op}"
-    method.__doc__ = f"The wrapped backend's ``op_{op}``, counted and timed."
+    method.__name__ = f"op_{op}"
+    method.__qualname__ = f"CountingBackend.op_{op}"
+    method.__doc__ = f"The wrapped backend's {describe_op(op)}  Counted and timed."
+    method.__signature__ = sig  # type: ignore[attr-defined]
     return method
 
 

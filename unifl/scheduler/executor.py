@@ -34,7 +34,10 @@ class SerialExecutor:
 class ThreadExecutor:
     """Runs the pieces on a thread pool.  The backends release the GIL inside their batched calls
     (native C++, OpenCL, CUDA, QAT), so pieces on different devices overlap.  The last piece runs in
-    the calling thread, which saves a hand-off per batch."""
+    the calling thread, which saves a hand-off per batch.
+
+    A failing piece is raised only once every piece has ended (the first failure in piece order),
+    so no piece is still running on a device when the caller sees the error and moves on."""
 
     def __init__(self, max_workers: int) -> None:
         self._pool = cf.ThreadPoolExecutor(max_workers=max(1, max_workers),
@@ -45,7 +48,18 @@ class ThreadExecutor:
         if len(items) <= 1:
             return [fn(x) for x in items]
         futures = [self._pool.submit(fn, x) for x in items[:-1]]
-        last = fn(items[-1])
+        last_failure: BaseException | None = None
+        try:
+            last = fn(items[-1])
+        except BaseException as exc:  # noqa: BLE001 - raised below, after the other pieces ended
+            last_failure = exc
+        cf.wait(futures)
+        for f in futures:                # an earlier piece's failure comes first
+            failure = f.exception()
+            if failure is not None:
+                raise failure
+        if last_failure is not None:
+            raise last_failure
         return [f.result() for f in futures] + [last]
 
     def close(self) -> None:

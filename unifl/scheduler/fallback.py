@@ -3,19 +3,26 @@ devices, exactly the failed pieces) is re-run on the next backend of the party's
 
 What counts as a device failure (:func:`is_device_failure`) -- the backend broke, the inputs are fine:
 
-* :class:`~unifl.core.errors.BackendUnavailable` raised mid-run (a driver that lost its device, a QAT
-  session closed, an OpenCL build that vanished);
-* ``OSError`` (and its subclasses: ``TimeoutError`` of a hung card, a ``ctypes`` call into a driver
-  library that failed), ``RuntimeError`` (the CUDA runtime's ``CUDA error ...``, a C++ extension's
-  ``std::runtime_error``), ``MemoryError`` (a device out of memory);
-* the driver's own exception types: ``pyopencl.Error`` when pyopencl is loaded, and whatever a
-  backend lists in its optional ``device_errors`` class attribute (a tuple of exception classes).
+* :class:`~unifl.core.errors.DeviceError`, THE device failure type: our backends raise it (or a
+  subclass naming the device and the failing driver call) for a failed launch, copy or request, a
+  lost context, a closed session;
+* :class:`~unifl.core.errors.BackendUnavailable` raised mid-run (the backend cannot do this here
+  after all: a kernel size missing from a prebuilt FPGA binary, a driver session that cannot be
+  reopened);
+* for third-party backends and driver exceptions that escape a backend untranslated: ``OSError``
+  (and its subclasses: ``TimeoutError`` of a hung card, a ``ctypes`` call into a driver library
+  that failed), ``RuntimeError`` (the CUDA runtime's ``CUDA error ...``, a C++ extension's
+  ``std::runtime_error``), ``MemoryError`` (a device out of memory), ``pyopencl.Error`` when
+  pyopencl is loaded, and whatever a backend lists in its optional ``device_errors`` class
+  attribute (a tuple of exception classes).
 
 Never a device failure, always raised to the caller unchanged and never re-run: every other typed
 UniFL error (OperandError, InvalidCiphertextError, KeyMismatchError, EncodingOverflowError,
 TransportError ...), ``ValueError``, ``TypeError``, ``ArithmeticError``, ``LookupError``,
 ``AssertionError``, and the programming errors ``NotImplementedError`` and ``RecursionError`` even
-though they are RuntimeErrors: re-running a wrong input or a bug elsewhere only hides it.
+though they are RuntimeErrors: re-running a wrong input or a bug elsewhere only hides it.  Nor is
+:class:`~unifl.core.errors.DeviceDataLost`: a device fault, but the inputs a re-run would need are
+gone with it (see below).
 
 Policy: a backend (or one device of a multi-device backend) that failed is retired for the rest
 of the job, not retried after some batches.  A device that broke mid-batch (lost context, reset
@@ -27,6 +34,11 @@ inputs on the fallback, once; the pieces of a split batch that completed keep th
 not recomputed.  Every backend gives results bit-identical to ``cpu`` on the same inputs, so the
 re-run gives exactly what the failed backend would have returned.  The next backend is started
 lazily, at the first failure: an honest run starts and pays for nothing more than before.
+
+A re-run needs nothing but the op's own arguments (:func:`run_op`): the fused Paillier ops take the
+plain key records of :mod:`unifl.core.keys`, never key objects, so the next backend runs
+``op_<name>(*args)`` when it has the op natively, and otherwise the generic composition of the op
+(:func:`composition`: the function of the op's name in the layer that owns it).
 
 Inputs that are device-resident results of the failed backend (``DeviceBatch``) are read back
 through the NumPy array protocol before the re-run.  That works as long as the device memory is
@@ -40,21 +52,32 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from types import ModuleType
 from typing import Any, Callable
 
+import numpy as np
+
+from .. import base_op, mod_op
 from ..core.backend import Backend
+from ..core.contract import SIGNATURES
+from ..core.errors import BackendUnavailable, DeviceDataLost, DeviceError, UniflError
 from ..core.limbs import DeviceBatch
-from ..core.errors import BackendUnavailable, DeviceDataLost, UniflError
+from ..phe_sdk import paillier
 
 log = logging.getLogger("unifl.scheduler")
 
-#: the builtin exception classes that mean "the device broke", see the module doc
-DEVICE_FAILURES: tuple[type[BaseException], ...] = (BackendUnavailable, OSError, RuntimeError,
-                                                    MemoryError)
+#: the exception classes that mean "the device broke", see the module doc: DeviceError is what our
+#: own backends raise; the others are recognised for third-party backends and untranslated drivers
+DEVICE_FAILURES: tuple[type[BaseException], ...] = (DeviceError, BackendUnavailable, OSError,
+                                                    RuntimeError, MemoryError)
 #: caller and programming errors: never re-run, even when they also derive from the above
 NOT_DEVICE_FAILURES: tuple[type[BaseException], ...] = (ValueError, TypeError, ArithmeticError,
                                                         LookupError, AssertionError,
                                                         NotImplementedError, RecursionError)
+
+#: the layers that own the ops of the contract, lowest first: the generic composition of op
+#: ``<name>`` is their function ``<name>(backend, *op_args)`` (:func:`composition`)
+COMPOSING_LAYERS: tuple[ModuleType, ...] = (base_op, mod_op, paillier)
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -69,8 +92,11 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
 
 def is_device_failure(exc: BaseException, backend: Any = None) -> bool:
     """True when ``exc``, raised by an op of ``backend``, means the backend failed (re-run the batch
-    elsewhere); False for a caller error or a bug (raise it unchanged).  See the module doc."""
-    if isinstance(exc, BackendUnavailable):
+    elsewhere); False for a caller error, a bug, or lost device data (raise it unchanged).  See the
+    module doc."""
+    if isinstance(exc, DeviceDataLost):
+        return False
+    if isinstance(exc, (DeviceError, BackendUnavailable)):
         return True
     if isinstance(exc, UniflError) or isinstance(exc, NOT_DEVICE_FAILURES):
         return False
@@ -78,12 +104,42 @@ def is_device_failure(exc: BaseException, backend: Any = None) -> bool:
     return isinstance(exc, DEVICE_FAILURES + _driver_errors() + declared)
 
 
+def batch_elements(op: str, args: tuple) -> int:
+    """How many elements one call of ``op`` processes: the rows of its batch (the argument after the
+    context or key record); for a multi-exponentiation the K·N base-exponent pairs."""
+    if op == "mont_multi_exp":
+        exps = args[2]
+        return int(exps.shape[0]) * int(exps.shape[1])
+    return int(np.shape(args[1])[0])
+
+
 def elements_of(op: str, args: tuple) -> int:
-    from .counting import batch_elements
+    """:func:`batch_elements` for a report, 0 when the arguments are too malformed to count."""
     try:
         return batch_elements(op, args)
     except Exception:  # noqa: BLE001 - a count for the report only; never mask the real error
         return 0
+
+
+def composition(op: str) -> Callable[..., Any]:
+    """The generic composition of ``op``: the function ``<op>(backend, *op_args)`` of the lowest
+    layer of :data:`COMPOSING_LAYERS` that defines it (``base_op.mont_mul``, ``mod_op.mod_exp``,
+    ``phe_sdk.paillier.paillier_decrypt`` ...), called with the op's own arguments -- contexts,
+    batches and the key records of :mod:`unifl.core.keys`, never key objects.  Each composes the op
+    from the layer below on the backend it is given, or runs it natively there when it can.
+
+    Raises:
+        BackendUnavailable: ``op`` is not an op of the contract, or no layer composes it.
+    """
+    if op not in SIGNATURES:
+        raise BackendUnavailable(f"{op!r} is not an op of the contract (unifl.core.contract.OPS)")
+    for layer in COMPOSING_LAYERS:
+        fn = getattr(layer, op, None)
+        if callable(fn):
+            return fn
+    names = ", ".join(layer.__name__ for layer in COMPOSING_LAYERS)
+    raise BackendUnavailable(f"op {op!r} has no generic composition: none of {names} defines "
+                             f"{op}(backend, ...)")
 
 
 def run_op(backend: Backend, op: str, args: tuple) -> Any:
@@ -92,21 +148,11 @@ def run_op(backend: Backend, op: str, args: tuple) -> Any:
     backend been the party's from the start).  Bit-identical either way."""
     if backend.implements(op):
         return getattr(backend, f"op_{op}")(*args)
-    from ..phe_sdk import paillier
-    if op == "paillier_encrypt":
-        pk, m, r = args
-        return paillier.encrypt_limbs(backend, pk, m, r=r, use_pool=False)
-    if op == "paillier_encrypt_fixed_base":
-        pk, m, a = args
-        return paillier._finish(backend, pk, m, paillier._fixed_base_obfuscators(backend, pk, a))
-    if op == "paillier_decrypt":
-        sk, c_mont = args
-        return paillier.decrypt_limbs(backend, sk, c_mont)
-    from .. import base_op, mod_op
-    compose = getattr(mod_op, op, None) or getattr(base_op, op, None)
-    if not callable(compose):
-        raise BackendUnavailable(f"op {op!r} cannot run on {backend.name!r}: not native there and "
-                                 "no generic composition of that name in mod_op or base_op")
+    try:
+        compose = composition(op)
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(f"op {op!r} cannot run on {backend.name!r}: not native there, "
+                                 f"and {exc}") from None
     return compose(backend, *args)
 
 
@@ -161,9 +207,10 @@ class FallbackChain:
     ``events`` records every re-run: op, from/from_device, to/to_device, reason, elements, scope
     ("batch" or "piece").  Links that failed as a whole are retired for the rest of the job."""
 
-    def __init__(self, primary: Backend, names: list[str],
-                 starter: Callable[[str], Backend], start_events: list[dict] | None = None) -> None:
-        self.links: list[Backend] = [primary]
+    def __init__(self, primary: ChainMember, names: list[str],
+                 starter: Callable[[str], ChainMember],
+                 start_events: list[dict] | None = None) -> None:
+        self.links: list[ChainMember] = [primary]
         self._pending = list(names)
         self._starter = starter
         self._retired: set[int] = set()
@@ -176,7 +223,7 @@ class FallbackChain:
     def retired(self, pos: int) -> bool:
         return pos in self._retired
 
-    def next_after(self, pos: int) -> tuple[int, Backend]:
+    def next_after(self, pos: int) -> tuple[int, ChainMember]:
         """The first link after ``pos`` that is not retired, started now if need be."""
         with self._lock:
             for j in range(pos + 1, len(self.links)):
@@ -195,7 +242,7 @@ class FallbackChain:
                 return len(self.links) - 1, link
             raise BackendUnavailable("no backend of the fallback chain is left to run on")
 
-    def current_after(self, pos: int) -> Backend:
+    def current_after(self, pos: int) -> ChainMember:
         """What a retired link ``pos`` hands its work to."""
         return self.next_after(pos)[1]
 
@@ -288,7 +335,7 @@ class FallbackChain:
                 close()
 
 
-class ChainMember:
+class ChainMember(Backend):
     """What a backend placed in a :class:`FallbackChain` (a CountingBackend, a MultiDeviceBackend)
     shares: its place in the chain, the backend that replaced it once it failed, and the chain's
     part of ``report``/``fallback_events``/``reset_counters``/``close`` -- done by link 0 only, so
@@ -305,10 +352,16 @@ class ChainMember:
             return None
         return chain.current_after(self.chain_pos)
 
-    def _heads_chain(self) -> bool:
-        return self.chain is not None and self.chain_pos == 0
-
     def own_report(self) -> list[dict]:
+        """This link's own counter rows (no fallback links, no failure annotations)."""
+        raise NotImplementedError
+
+    def reset_counters(self) -> None:
+        """Zero this link's counters (and, at the head of a chain, the later links')."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what this link holds (and, at the head of a chain, the later links)."""
         raise NotImplementedError
 
     def report(self) -> list[dict]:
@@ -316,7 +369,8 @@ class ChainMember:
         a failure mid-run: the failed row says failed_calls, failed_elements, fell_back_to and
         reason, and the rows of the backends that took over follow, with ``fallback_from``."""
         rows = self.own_report()
-        return self.chain.report(rows) if self._heads_chain() else rows
+        chain = self.chain
+        return chain.report(rows) if chain is not None and self.chain_pos == 0 else rows
 
     def fallback_events(self) -> list[dict]:
         """Every re-run after a failure: op, from/from_device, to/to_device, reason, elements,
@@ -324,10 +378,12 @@ class ChainMember:
         return list(self.chain.events) if self.chain is not None else []
 
     def _reset_chain_counters(self) -> None:
-        if self._heads_chain():
-            for link in self.chain.links[1:]:
+        chain = self.chain
+        if chain is not None and self.chain_pos == 0:
+            for link in chain.links[1:]:
                 link.reset_counters()
 
     def _close_chain(self) -> None:
-        if self._heads_chain():
-            self.chain.close_links()
+        chain = self.chain
+        if chain is not None and self.chain_pos == 0:
+            chain.close_links()

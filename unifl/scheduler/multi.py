@@ -1,41 +1,215 @@
-"""One Backend over several devices (FLASH's multi-accelerator layout): every batch is cut into
-contiguous row ranges, the ranges go to the least-loaded devices first, and the results are put back
-in input order.  Every operation is element-wise over rows (or, for the two reductions, a product
-that can be finished by MontMults of the partial products), so the result is bit-identical to one
-device running the whole batch.
+"""One Backend over several devices (FLASH's multi-accelerator layout), and the one place where a
+batch is split across devices.
 
-Splitting rules per op:
+Splitting policy
+----------------
+Backends never split a batch across devices themselves: a backend instance is one device (one GPU,
+one FPGA card, one QAT endpoint set, one native thread pool), and whatever parallelism it has inside
+that device -- CUDA blocks, the FPGA's processing elements and buffer ring, the requests a QAT
+session spreads over its instances as they free up, native threads -- is its own business.  Several
+devices are several member backends of a :class:`MultiDeviceBackend`, and only it cuts a batch:
 
-* element-wise ops (mont_mul, mod_mul, mod_exp, mont_exp, the fused Paillier ops): rows; a shared
-  exponent row ``(1, Le)`` goes to every piece;
-* ``mont_multi_exp`` (K outputs over N bases): over K when K >= the pieces, else over N with the
-  partial products (Montgomery form) multiplied together: prod = MontMult(p1, p2) stays in the
-  domain because MontMult(a·R, b·R) = a·b·R;
-* ``mont_prod_groups``: rows, then the per-group partial products multiplied the same way (an empty
-  group's partial is R mod m, the Montgomery one, so it changes nothing).
+* **Pieces.**  A batch of N rows is cut into contiguous row ranges, at most one per live member and
+  none under ``min_rows`` rows (so a small batch goes whole to one member), sized in proportion to
+  the members' ``weights`` (relative speeds; equal by default).
+* **Placement.**  Pieces go to the least-loaded members first (rows in flight from other threads),
+  ties to the lower index; the pieces run through the pluggable executor (serial, threads, Ray).
+* **Per op.**  How each op of the contract is cut is one declarative table, :data:`SPLITS`, keyed
+  by op name and checked against :data:`unifl.core.contract.OPS` at import -- an op added to the
+  contract without a rule fails the import of this module by name, it never silently falls back to
+  composition:
+
+  - :class:`Rows` -- element-wise ops (mont_mul, mod_mul, the exponentiations, mont_inverse, the
+    fused Paillier ops): the batch arguments are cut by rows, an exponent batch too unless it is one
+    shared row ``(1, Le)``, which goes whole to every piece, like the context or key record (the
+    fused ops get the record of :mod:`unifl.core.keys` whole);
+  - :class:`MultiExp` -- ``mont_multi_exp`` (K outputs over N bases): over K when K is at least the
+    number of live members (each output a whole multi-exponentiation), else over N, the K partial
+    products multiplied together afterwards;
+  - :class:`ProdGroups` -- ``mont_prod_groups``: rows, then each group's partial products multiplied
+    together (an empty group's partial is R mod m, the Montgomery one, so it changes nothing).
+
+  Partial products stay in the Montgomery domain: MontMult(a·R, b·R) = a·b·R.
+* **Reassembly.**  Results are put back in input order (rows concatenated, partial products
+  multiplied), so the result is bit-identical to one device running the whole batch.
 
 A member is usually a :class:`~unifl.scheduler.counting.CountingBackend`, so the report says which
 device ran what.  The multi backend declares natively the ops *every* member implements natively;
 anything else is composed by the layers above from its split MontMults.
 
-A device failing mid-batch (see :mod:`unifl.scheduler.fallback` for what counts as one): the pieces
-that completed keep their results; each failed piece is re-run once, on the next backend of the
-party's fallback chain (``chain``, attached by the scheduler), and its device is retired -- later
-batches are split over the devices left.  When none is left, the whole backend is retired and its
-calls run on the fallback.  Without a chain (a bare MultiDeviceBackend) the failure is raised.
+A device failing mid-batch (see :mod:`unifl.scheduler.fallback` for what counts as one, above all
+:class:`~unifl.core.errors.DeviceError`): the pieces that completed keep their results; each failed
+piece is re-run once, on the next backend of the party's fallback chain (``chain``, attached by the
+scheduler), and its device is retired -- later batches are split over the devices left.  When none
+is left, the whole backend is retired and its calls run on the fallback.  Without a chain (a bare
+MultiDeviceBackend) the failure is raised.  Any other error (a caller's OperandError, a bug) is raised
+unchanged and retires nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
 from ..core.backend import OPS, Backend
-from ..core.errors import BackendUnavailable
+from ..core.contract import SIGNATURES, describe as describe_op
+from ..core.errors import BackendUnavailable, OperandError
 from .executor import Executor, SerialExecutor
 from .fallback import ChainMember, is_device_failure, own_batch_of
+
+__all__ = ["MultiDeviceBackend", "SPLITS", "Rows", "MultiExp", "ProdGroups", "Split"]
+
+#: (member, start, stop): rows [start, stop) of a batch on member ``member``
+Piece = tuple[int, int, int]
+
+
+def _params(op: str) -> list[str]:
+    """The op's parameter names, ``self`` excluded."""
+    return list(SIGNATURES[op].parameters)[1:]
+
+
+@functools.lru_cache(maxsize=None)
+def _positions(op: str, names: tuple[str, ...]) -> tuple[int, ...]:
+    """Indices of the parameters ``names`` among the op's arguments (``self`` excluded)."""
+    params = _params(op)
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise TypeError(f"splitting rule of op_{op} names {missing}, which are not parameters of "
+                        f"op_{op}{SIGNATURES[op]}")
+    return tuple(params.index(n) for n in names)
+
+
+def _exact(op: str, names: tuple[str, ...]) -> None:
+    """A rule that unpacks the arguments by position: the op's parameters must be exactly these."""
+    if tuple(_params(op)) != names:
+        raise TypeError(f"splitting rule of op_{op} expects the parameters {names}, the contract "
+                        f"has op_{op}{SIGNATURES[op]}")
+
+
+def _cut(x: Any, a: int, b: int) -> np.ndarray:
+    return np.ascontiguousarray(x[a:b])
+
+
+def _concat(parts: list) -> Any:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Element-wise over the rows of the batch.  ``batch``: the parameters cut by rows (the first
+    gives N; the others must have N rows too); ``exps``: an exponent parameter cut by rows unless it
+    is one row ``(1, Le)`` shared by every element.  Every other parameter (context, key record)
+    goes whole to each piece."""
+
+    batch: tuple[str, ...]
+    exps: str | None = None
+
+    def validate(self, op: str) -> None:
+        _positions(op, self.batch + ((self.exps,) if self.exps else ()))
+
+    def run(self, multi: MultiDeviceBackend, op: str, args: tuple) -> Any:
+        cut = _positions(op, self.batch)
+        n = int(np.shape(args[cut[0]])[0])
+        for i in cut[1:]:
+            if int(np.shape(args[i])[0]) != n:
+                names = _params(op)
+                raise OperandError(f"op_{op}: {names[i]} has {np.shape(args[i])[0]} rows, "
+                                   f"{names[cut[0]]} has {n}")
+        e = _positions(op, (self.exps,))[0] if self.exps else None
+        shared = e is not None and int(np.shape(args[e])[0]) == 1
+        if e is not None and not shared and int(np.shape(args[e])[0]) != n:
+            raise OperandError(f"op_{op}: {self.exps} must have {n} rows or one, "
+                               f"got {np.shape(args[e])[0]}")
+        rowwise = cut + ((e,) if e is not None and not shared else ())
+
+        def piece_args(a: int, b: int) -> tuple:
+            out = list(args)
+            for i in rowwise:
+                out[i] = _cut(args[i], a, b)
+            return tuple(out)
+        return _concat(multi._run_pieces(op, multi.plan(n), piece_args))
+
+
+@dataclass(frozen=True)
+class MultiExp:
+    """``mont_multi_exp(ctx, bases_mont (N, L), exps (K, N, Le))``: over K when K >= the live
+    members (or N is too small to be worth cutting), else over N with the K partial products
+    multiplied together."""
+
+    def validate(self, op: str) -> None:
+        _exact(op, ("ctx", "bases_mont", "exps"))
+
+    def run(self, multi: MultiDeviceBackend, op: str, args: tuple) -> Any:
+        ctx, bases_mont, exps = args
+        k, n = int(exps.shape[0]), int(exps.shape[1])
+        if k >= len(multi.live_members()) or n < 2 * multi.min_rows:
+            # each of the K outputs is a whole multi-exponentiation
+            return _concat(multi._run_pieces(op, multi.plan(k, min_rows=1), lambda a, b: (
+                ctx, bases_mont, _cut(exps, a, b))))
+        parts = multi._run_pieces(op, multi.plan(n), lambda a, b: (
+            ctx, _cut(bases_mont, a, b), np.ascontiguousarray(exps[:, a:b])))
+        return multi._multiply_partials(ctx, parts)
+
+
+@dataclass(frozen=True)
+class ProdGroups:
+    """``mont_prod_groups(ctx, a_mont (N, L), groups (N,), num_groups)``: rows, with the per-group
+    partial products multiplied together."""
+
+    def validate(self, op: str) -> None:
+        _exact(op, ("ctx", "a_mont", "groups", "num_groups"))
+
+    def run(self, multi: MultiDeviceBackend, op: str, args: tuple) -> Any:
+        ctx, a_mont, groups, num_groups = args
+        parts = multi._run_pieces(op, multi.plan(int(a_mont.shape[0])), lambda a, b: (
+            ctx, _cut(a_mont, a, b), _cut(groups, a, b), num_groups))
+        return multi._multiply_partials(ctx, parts)
+
+
+Split = Union[Rows, MultiExp, ProdGroups]
+
+#: how each op of the contract is split across devices (see the module doc); every op of
+#: ``unifl.core.contract.OPS`` must have a rule, checked at import by :func:`_check_splits`
+SPLITS: dict[str, Split] = {
+    "mont_mul": Rows(("a", "b")),
+    "mod_mul": Rows(("a", "b")),
+    "mod_exp": Rows(("base",), exps="exps"),
+    "mod_exp_secret": Rows(("base",), exps="exps"),
+    "mont_exp": Rows(("base_mont",), exps="exps"),
+    "mont_multi_exp": MultiExp(),
+    "mont_prod_groups": ProdGroups(),
+    "mont_inverse": Rows(("a_mont",)),
+    "paillier_encrypt": Rows(("m", "r")),
+    "paillier_encrypt_fixed_base": Rows(("m", "a")),
+    "paillier_encrypt_owner": Rows(("m", "yp", "yq")),
+    "paillier_encrypt_owner_fixed_base": Rows(("m", "a")),
+    "paillier_decrypt": Rows(("c_mont",)),
+}
+
+
+def _check_splits() -> None:
+    """Every op of the contract has a splitting rule naming its real parameters, and no rule is
+    left for an op the contract no longer has."""
+    missing = [op for op in OPS if op not in SPLITS]
+    if missing:
+        raise TypeError(
+            "unifl.scheduler.multi.SPLITS has no splitting rule for op(s) "
+            + "; ".join(describe_op(op) for op in missing)
+            + " -- add one (Rows / MultiExp / ProdGroups) saying how a batch of it is cut across "
+              "devices")
+    stale = sorted(set(SPLITS) - set(OPS))
+    if stale:
+        raise TypeError(f"unifl.scheduler.multi.SPLITS has rules for {stale}, which are not ops of "
+                        "unifl.core.contract.OPS")
+    for op, rule in SPLITS.items():
+        rule.validate(op)
+
+
+_check_splits()
 
 
 class _PieceFailed:
@@ -45,8 +219,14 @@ class _PieceFailed:
         self.member, self.args, self.exc = member, args, exc
 
 
-class MultiDeviceBackend(ChainMember, Backend):
-    """Batches split across ``members``; ``weights`` (relative speeds) size the pieces."""
+class MultiDeviceBackend(ChainMember):
+    """Batches split across ``members``; ``weights`` (relative speeds) size the pieces.
+
+    A wrapper, not a device: each member keeps its own per-key and per-modulus state (its
+    ``state``), built on its own device.  The wrapper's ``state`` only holds what the layers above
+    cache on the backend they were handed -- host data computed through the split ops, such as the
+    SDK's generic fixed-base comb table -- valid for every member, since their results are
+    bit-identical."""
 
     def __init__(self, members: Sequence[Backend], executor: Executor | None = None,
                  weights: Sequence[float] | None = None, min_rows: int = 8) -> None:
@@ -60,9 +240,10 @@ class MultiDeviceBackend(ChainMember, Backend):
             raise ValueError("one positive weight per member")
         self.weights = w
         self.min_rows = max(1, int(min_rows))
-        self.name = "+".join(dict.fromkeys(m.name for m in self.members))
-        self.native_ops = frozenset(op for op in OPS
-                                    if all(m.implements(op) for m in self.members))
+        # a wrapper's name and native ops are its members', known per instance only
+        self.name = "+".join(dict.fromkeys(m.name for m in self.members))  # type: ignore[misc]
+        self.native_ops = frozenset(  # type: ignore[misc]
+            op for op in OPS if all(m.implements(op) for m in self.members))
         self.probe_result = self.members[0].probe_result
         self._load = [0] * len(self.members)     # rows in flight per member
         self._lock = threading.Lock()
@@ -81,7 +262,7 @@ class MultiDeviceBackend(ChainMember, Backend):
         rep = self._replacement()
         return rep.implements(op) if rep is not None else op in self.native_ops
 
-    def own_batch(self, x):
+    def own_batch(self, x: Any) -> Any:
         rep = self._replacement()
         if rep is not None:
             return own_batch_of(rep, x, self.name)
@@ -93,9 +274,9 @@ class MultiDeviceBackend(ChainMember, Backend):
             return [i for i in range(len(self.members)) if i not in self._dead]
 
     # ---- planning
-    def plan(self, n: int, min_rows: int | None = None) -> list[tuple[int, int, int]]:
-        """Pieces ``(member, start, stop)`` covering rows [0, n): as many pieces as members (fewer
-        when a piece would get under ``min_rows`` rows), sized by weight, handed to the
+    def plan(self, n: int, min_rows: int | None = None) -> list[Piece]:
+        """Pieces ``(member, start, stop)`` covering rows [0, n): as many pieces as live members
+        (fewer when a piece would get under ``min_rows`` rows), sized by weight, handed to the
         least-loaded members first.  Loads are taken here and released by :meth:`_release`."""
         with self._lock:
             order = sorted((i for i in range(len(self.members)) if i not in self._dead),
@@ -105,7 +286,8 @@ class MultiDeviceBackend(ChainMember, Backend):
             k = max(1, min(len(order), n // (min_rows or self.min_rows)))
             chosen = order[:k]
             total = sum(self.weights[i] for i in chosen)
-            pieces, start, acc = [], 0, 0.0
+            pieces: list[Piece] = []
+            start, acc = 0, 0.0
             for j, i in enumerate(chosen):
                 acc += self.weights[i]
                 stop = n if j == k - 1 else int(round(n * acc / total))
@@ -121,7 +303,8 @@ class MultiDeviceBackend(ChainMember, Backend):
         with self._lock:
             self._load[member] -= rows
 
-    def _call_member(self, i: int, op: str, args: tuple):
+    # ---- running the pieces
+    def _call_member(self, i: int, op: str, args: tuple) -> Any:
         """``op`` on member ``i``; a device failure comes back as a :class:`_PieceFailed` (when a
         chain can take the piece over), anything else is raised."""
         try:
@@ -136,22 +319,25 @@ class MultiDeviceBackend(ChainMember, Backend):
         came back, so a completed piece is never recomputed); their devices are retired, and the
         whole backend when none is left."""
         out = list(results)
+        chain = self.chain
         for k, res in enumerate(results):
             if not isinstance(res, _PieceFailed):
                 continue
+            assert chain is not None    # a _PieceFailed exists only when a chain is attached
             with self._lock:
                 self._dead.add(res.member)
                 whole = len(self._dead) == len(self.members)
-            out[k] = self.chain.rerun(self.chain_pos, op, res.args, res.exc,
-                                      self.members[res.member], scope="piece")
+            out[k] = chain.rerun(self.chain_pos, op, res.args, res.exc,
+                                 self.members[res.member], scope="piece")
             if whole:
-                self.chain.retire(self.chain_pos)
+                chain.retire(self.chain_pos)
         return out
 
-    def _run_op(self, op: str, pieces, piece_args):
+    def _run_pieces(self, op: str, pieces: list[Piece],
+                    piece_args: Callable[[int, int], tuple]) -> list:
         """``op`` per piece with ``piece_args(start, stop)`` through the executor, loads released,
-        failed pieces re-run on the fallback chain."""
-        def one(piece):
+        failed pieces re-run on the fallback chain; results in piece order."""
+        def one(piece: Piece) -> Any:
             i, a, b = piece
             try:
                 return self._call_member(i, op, piece_args(a, b))
@@ -159,94 +345,27 @@ class MultiDeviceBackend(ChainMember, Backend):
                 self._release(i, b - a)
         return self._settle(op, self.executor.map(one, pieces))
 
-    def _delegated(self, op: str, args: tuple):
-        """The call's result on the replacement once every member failed, else None."""
-        chain = self.chain
-        if chain is None or not chain.retired(self.chain_pos):
-            return None
-        return (chain.run_on_current(self.chain_pos, op, args),)
-
-    def _rowwise(self, op: str, lead, n: int, row_args: tuple, shared_args: tuple = (),
-                 exps=None):
-        """Element-wise op: ``row_args`` are cut by rows; ``exps`` by rows unless it is one row."""
-        whole = [lead, *row_args] + ([exps] if exps is not None else []) + list(shared_args)
-        done = self._delegated(op, tuple(whole))
-        if done is not None:
-            return done[0]
-        pieces = self.plan(n)
-
-        def piece_args(a, b):
-            args = [lead] + [np.ascontiguousarray(x[a:b]) for x in row_args]
-            if exps is not None:
-                args.append(exps if exps.shape[0] == 1 else np.ascontiguousarray(exps[a:b]))
-            args.extend(shared_args)
-            return tuple(args)
-        parts = self._run_op(op, pieces, piece_args)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-
-    def _multiply_partials(self, ctx, parts: list[np.ndarray]) -> np.ndarray:
+    def _multiply_partials(self, ctx: Any, parts: list) -> Any:
+        """The product of partial results (Montgomery form), row by row, on the first live member
+        (the fallback when none is left)."""
         acc = parts[0]
         for p in parts[1:]:
             args = (ctx, np.ascontiguousarray(acc), np.ascontiguousarray(p))
             live = self.live_members()
-            if not live:
-                acc = self.chain.run_on_current(self.chain_pos, "mont_mul", args) \
-                    if self.chain is not None else self.members[0].op_mont_mul(*args)
+            if not live:      # every member failed: the backend's replacement multiplies
+                assert self.chain is not None   # members are retired only when a chain is attached
+                acc = self.chain.run_on_current(self.chain_pos, "mont_mul", args)
                 continue
             acc = self._settle("mont_mul", [self._call_member(live[0], "mont_mul", args)])[0]
         return acc
 
-    # ---- the ops
-    def op_mont_mul(self, ctx, a, b):
-        return self._rowwise("mont_mul", ctx, a.shape[0], (a, b))
-
-    def op_mod_mul(self, ctx, a, b):
-        return self._rowwise("mod_mul", ctx, a.shape[0], (a, b))
-
-    def op_mod_exp(self, ctx, base, exps):
-        return self._rowwise("mod_exp", ctx, base.shape[0], (base,), exps=exps)
-
-    def op_mod_exp_secret(self, ctx, base, exps):
-        return self._rowwise("mod_exp_secret", ctx, base.shape[0], (base,), exps=exps)
-
-    def op_mont_exp(self, ctx, base_mont, exps):
-        return self._rowwise("mont_exp", ctx, base_mont.shape[0], (base_mont,), exps=exps)
-
-    def op_mont_inverse(self, ctx, a_mont):
-        return self._rowwise("mont_inverse", ctx, a_mont.shape[0], (a_mont,))
-
-    def op_paillier_encrypt(self, pk, m, r):
-        return self._rowwise("paillier_encrypt", pk, m.shape[0], (m, r))
-
-    def op_paillier_encrypt_fixed_base(self, pk, m, a):
-        return self._rowwise("paillier_encrypt_fixed_base", pk, m.shape[0], (m, a))
-
-    def op_paillier_decrypt(self, sk, c_mont):
-        return self._rowwise("paillier_decrypt", sk, c_mont.shape[0], (c_mont,))
-
-    def op_mont_multi_exp(self, ctx, bases_mont, exps):
-        done = self._delegated("mont_multi_exp", (ctx, bases_mont, exps))
-        if done is not None:
-            return done[0]
-        k, n = exps.shape[0], exps.shape[1]
-        if k >= len(self.live_members()) or n < 2 * self.min_rows:
-            pieces = self.plan(k, min_rows=1)   # each of the K outputs is a whole multi-exp
-            parts = self._run_op("mont_multi_exp", pieces, lambda a, b: (
-                ctx, bases_mont, np.ascontiguousarray(exps[a:b])))
-            return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-        pieces = self.plan(n)
-        parts = self._run_op("mont_multi_exp", pieces, lambda a, b: (
-            ctx, np.ascontiguousarray(bases_mont[a:b]), np.ascontiguousarray(exps[:, a:b])))
-        return self._multiply_partials(ctx, parts)
-
-    def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
-        done = self._delegated("mont_prod_groups", (ctx, a_mont, groups, num_groups))
-        if done is not None:
-            return done[0]
-        pieces = self.plan(a_mont.shape[0])
-        parts = self._run_op("mont_prod_groups", pieces, lambda a, b: (
-            ctx, np.ascontiguousarray(a_mont[a:b]), np.ascontiguousarray(groups[a:b]), num_groups))
-        return self._multiply_partials(ctx, parts)
+    def _split(self, op: str, args: tuple) -> Any:
+        """``op`` split by its rule of :data:`SPLITS`, or on the replacement once every member
+        failed and the backend was retired."""
+        chain = self.chain
+        if chain is not None and chain.retired(self.chain_pos):
+            return chain.run_on_current(self.chain_pos, op, args)
+        return SPLITS[op].run(self, op, args)
 
     # ---- reporting
     def own_report(self) -> list[dict]:
@@ -268,30 +387,24 @@ class MultiDeviceBackend(ChainMember, Backend):
         self._close_chain()
 
 
-def _rowwise_forwarder(op: str):
-    """An element-wise op added to the contract without a method here: every array argument with
-    the batch's rows is cut by rows, a one-row array (a shared exponent) goes whole to every piece,
-    anything else (ctx, keys) is passed as is."""
-    def method(self: MultiDeviceBackend, lead, first, *rest):
-        n = first.shape[0]
-        done = self._delegated(op, (lead, first, *rest))
-        if done is not None:
-            return done[0]
-        pieces = self.plan(n)
+def _split_method(op: str) -> Callable[..., Any]:
+    """``op_<op>`` of the multi backend: the op of the contract, with its signature, split across
+    the members by its rule of :data:`SPLITS`."""
+    sig = SIGNATURES[op]
+    arity = len(sig.parameters) - 1      # without self
 
-        def piece_args(a, b):
-            cut = [np.ascontiguousarray(x[a:b]) if getattr(x, "ndim", 0) >= 1 and x.shape[0] == n
-                   else x for x in (first, *rest)]
-            return (lead, *cut)
-        parts = self._run_op(op, pieces, piece_args)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-    method.__name__ = method.__qualname__ = f"op_{op}"
-    method.__doc__ = f"``op_{op}`` split by rows across the members (generic element-wise split)."
+    def method(self: MultiDeviceBackend, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity:
+            args = tuple(sig.bind(self, *args, **kwargs).args[1:])
+        return self._split(op, args)
+    method.__name__ = f"op_{op}"
+    method.__qualname__ = f"MultiDeviceBackend.op_{op}"
+    method.__doc__ = (f"{describe_op(op)}  Split across the members: {SPLITS[op]!r} "
+                      "(see :data:`SPLITS`).")
+    method.__signature__ = sig  # type: ignore[attr-defined]
     return method
 
 
-# an element-wise op added to OPS is split without editing this file; ops with their own splitting
-# rule (the reductions) define their method above
+# one method per op of the contract, from the table: nothing here is written per op
 for _op in OPS:
-    if not hasattr(MultiDeviceBackend, f"op_{_op}"):
-        setattr(MultiDeviceBackend, f"op_{_op}", _rowwise_forwarder(_op))
+    setattr(MultiDeviceBackend, f"op_{_op}", _split_method(_op))

@@ -14,6 +14,13 @@ Two ways to get a program, chosen by the ``binary`` option:
 Batches are cut in chunks that cycle through a ring of device buffer sets, one in-order command queue
 per slot, so the upload of chunk k+1 overlaps the kernel of chunk k and the download of chunk k-1
 (the HLS paper's §3.3 overlap of transfer and compute).  pyopencl is imported lazily.
+
+Failures: an OpenCL call that fails once the runtime is up (a buffer that cannot be allocated, a
+transfer or launch the driver refuses, a wait that reports a failed command: a reset or lost card)
+raises :class:`FpgaDeviceError`, a :class:`~unifl.core.errors.DeviceError` naming the device and the
+failing call, so the scheduler hands the batch to the next backend of the party's chain.  A program
+that cannot be built or a kernel size missing from a prebuilt binary raises :class:`FpgaBuildError`
+(this backend cannot run that size here at all).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.errors import BackendUnavailable
+from ...core.errors import BackendUnavailable, DeviceError
 
 KERNEL_DIR_PACKAGE = "unifl.backends.fpga"
 #: The stand-in we run on when no FPGA is present.
@@ -36,6 +43,12 @@ POCL_NAMES = ("portable computing language", "pocl")
 class FpgaBuildError(BackendUnavailable):
     """The OpenCL program could not be built or loaded (bad binary, compiler error, missing size).
     The message carries the device's build log."""
+
+
+class FpgaDeviceError(DeviceError):
+    """An OpenCL call failed on the device while running an op (allocation, transfer, launch, wait).
+    The message names the platform / device and the failing call with the driver's error; the
+    driver's exception is chained as ``__cause__``."""
 
 
 def kernel_dir() -> str:
@@ -68,7 +81,7 @@ def list_devices() -> list[tuple[Any, Any]]:
         raise BackendUnavailable(
             "no OpenCL platform: the ICD loader found none (looked in /etc/OpenCL/vendors, "
             f"OCL_ICD_VENDORS and pyopencl's bundled ICDs; {exc})") from exc
-    pairs = []
+    pairs: list[tuple[Any, Any]] = []
     for p in platforms:
         try:
             pairs.extend((p, d) for d in p.get_devices())
@@ -215,7 +228,16 @@ class ClRuntime:
         """[m, R mod m] as one read-only buffer: uploaded once per Montgomery context."""
         cl = self.cl
         host = np.ascontiguousarray(np.concatenate([m_limbs, r_mod_limbs]).astype(np.uint64))
-        return cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        try:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                             hostbuf=host)
+        except cl.Error as exc:
+            raise self.fault("clCreateBuffer (modulus constants)", exc) from exc
+
+    def fault(self, call: str, exc: BaseException) -> FpgaDeviceError:
+        """The typed error for OpenCL ``call`` failing with the driver's ``exc``."""
+        return FpgaDeviceError(f"OpenCL {call} failed on {self.describe()}: "
+                               f"{type(exc).__name__}: {exc}")
 
     # ---- launches ----------------------------------------------------------------------------
     def _buf(self, slot: _Slot, name: str, nbytes: int):
@@ -248,23 +270,35 @@ class ClRuntime:
         # a squaring (the bulk of a ModExp's MontMults) uploads its operand once
         square = b is a
         events = []
-        for k, s in enumerate(range(0, n, self.chunk)):
-            e = min(n, s + self.chunk)
-            rows = e - s
-            slot = self.slots[k % len(self.slots)]
-            nbytes = rows * limbs * 8
-            da, do = self._buf(slot, "a", nbytes), self._buf(slot, "out", nbytes)
-            q = slot.queue
-            cl.enqueue_copy(q, da, a[s:e], is_blocking=False)
-            if square:
-                db = da
-            else:
-                db = self._buf(slot, "b", nbytes)
-                cl.enqueue_copy(q, db, b[s:e], is_blocking=False)
-            gsz, lsz = self._global(rows)
-            knl(q, gsz, lsz, da, db, do, consts, np.uint64(n0), np.uint32(rows))
-            events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
-        cl.wait_for_events(events)
+        # ``call`` names the OpenCL call in progress, for the error if the driver refuses it
+        call = "clCreateBuffer"
+        try:
+            for k, s in enumerate(range(0, n, self.chunk)):
+                e = min(n, s + self.chunk)
+                rows = e - s
+                slot = self.slots[k % len(self.slots)]
+                nbytes = rows * limbs * 8
+                call = "clCreateBuffer"
+                da, do = self._buf(slot, "a", nbytes), self._buf(slot, "out", nbytes)
+                q = slot.queue
+                call = "clEnqueueWriteBuffer"
+                cl.enqueue_copy(q, da, a[s:e], is_blocking=False)
+                if square:
+                    db = da
+                else:
+                    call = "clCreateBuffer"
+                    db = self._buf(slot, "b", nbytes)
+                    call = "clEnqueueWriteBuffer"
+                    cl.enqueue_copy(q, db, b[s:e], is_blocking=False)
+                gsz, lsz = self._global(rows)
+                call = f"clEnqueueNDRangeKernel (montmul_L{limbs})"
+                knl(q, gsz, lsz, da, db, do, consts, np.uint64(n0), np.uint32(rows))
+                call = "clEnqueueReadBuffer"
+                events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
+            call = "clWaitForEvents"
+            cl.wait_for_events(events)
+        except cl.Error as exc:
+            raise self.fault(call, exc) from exc
         return out
 
     def mont_exp(self, consts, n0: int, base: np.ndarray, exps: np.ndarray, ebits: int,
@@ -283,24 +317,33 @@ class ClRuntime:
         out = np.empty_like(base)
         knl = self.kernel("mont_exp", limbs)
         events = []
-        for k, s in enumerate(range(0, n, self.chunk)):
-            e = min(n, s + self.chunk)
-            rows = e - s
-            slot = self.slots[k % len(self.slots)]
-            gsz, lsz = self._global(rows)
-            dx = self._buf(slot, "a", rows * limbs * 8)
-            do = self._buf(slot, "out", rows * limbs * 8)
-            ex = exps if shared else exps[s:e]
-            de = self._buf(slot, "exp", ex.size * 8)
-            scratch = self._buf(slot, "table", gsz[0] * (1 << window) * limbs * 8)
-            q = slot.queue
-            cl.enqueue_copy(q, dx, base[s:e], is_blocking=False)
-            cl.enqueue_copy(q, de, np.ascontiguousarray(ex), is_blocking=False)
-            knl(q, gsz, lsz, dx, de, do, scratch, consts, np.uint64(n0), np.uint32(rows),
-                np.uint32(le), np.uint32(0 if shared else le), np.uint32(ebits),
-                np.uint32(window))
-            events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
-        cl.wait_for_events(events)
+        call = "clCreateBuffer"
+        try:
+            for k, s in enumerate(range(0, n, self.chunk)):
+                e = min(n, s + self.chunk)
+                rows = e - s
+                slot = self.slots[k % len(self.slots)]
+                gsz, lsz = self._global(rows)
+                ex = exps if shared else exps[s:e]
+                call = "clCreateBuffer"
+                dx = self._buf(slot, "a", rows * limbs * 8)
+                do = self._buf(slot, "out", rows * limbs * 8)
+                de = self._buf(slot, "exp", ex.size * 8)
+                scratch = self._buf(slot, "table", gsz[0] * (1 << window) * limbs * 8)
+                q = slot.queue
+                call = "clEnqueueWriteBuffer"
+                cl.enqueue_copy(q, dx, base[s:e], is_blocking=False)
+                cl.enqueue_copy(q, de, np.ascontiguousarray(ex), is_blocking=False)
+                call = f"clEnqueueNDRangeKernel (mont_exp_L{limbs})"
+                knl(q, gsz, lsz, dx, de, do, scratch, consts, np.uint64(n0), np.uint32(rows),
+                    np.uint32(le), np.uint32(0 if shared else le), np.uint32(ebits),
+                    np.uint32(window))
+                call = "clEnqueueReadBuffer"
+                events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
+            call = "clWaitForEvents"
+            cl.wait_for_events(events)
+        except cl.Error as exc:
+            raise self.fault(call, exc) from exc
         return out
 
 

@@ -13,7 +13,10 @@ While the CPU works on landed tasks, the device computes the next ones, so the C
 behind the device stage.  IPCL-style ``cpu_share`` hands the last ``round(cpu_share·N)`` ModExps to
 the CPU (native, on a thread of its own) at the same time.  A task the device could not do (failed
 request, operand over 8192 bits, session closed under it) is recomputed on the CPU: every task lands
-exactly once, whichever way it went.
+exactly once, whichever way it went.  A session closed before the batch could be submitted (a
+concurrent ``close()``) is reopened once, as ``close()`` promises the next use; when the driver
+refuses the submission itself, :class:`~unifl.backends.qat.runtime.QatError` (a
+:class:`~unifl.core.errors.DeviceError`) is raised and the scheduler's fallback chain takes the batch.
 
 Everything here is stated in limbs (``unifl.core.limbs`` layout); results are bit-identical to
 the ``cpu`` backend.
@@ -31,6 +34,7 @@ import numpy as np
 from ...core.exponents import exp_limbs
 from ...core.limbs import from_limbs, to_limbs
 from ...core.montgomery import MontContext
+from .runtime import FAILED, QatSessionClosed
 
 __all__ = ["PipelineStats", "run_modexp_pipeline", "hybrid_mod_exp", "paillier_encrypt",
            "paillier_encrypt_sequential", "mont_multi_exp"]
@@ -83,6 +87,21 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
     sess = qat.session()
     busy0 = sess.stats()["busy_seconds"]
 
+    # --- stage 1: the QAT queue (submitted first: a refused submission leaves no CPU work behind)
+    job = None
+    if n_dev:
+        dev_exps = exps if exps.shape[0] == 1 else exps[:n_dev]
+        try:
+            job = sess.start(base[:n_dev], dev_exps, ctx.m_limbs, qat.max_in_flight, qat.instances)
+        except QatSessionClosed:
+            # closed between taking the session and submitting (a concurrent close()): close()
+            # promises the next use a fresh session; a second refusal is raised as a device fault
+            sess = qat.session()
+            busy0 = sess.stats()["busy_seconds"]
+            job = sess.start(base[:n_dev], dev_exps, ctx.m_limbs, qat.max_in_flight, qat.instances)
+    st.on_qat += n_dev
+    st.on_cpu_share += n_cpu
+
     # --- the IPCL-style CPU share: its own thread, chunked so stage 2 can take its results early
     cpu_ready: list[tuple[np.ndarray, np.ndarray]] = []
     cpu_cv = threading.Condition()
@@ -107,14 +126,6 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
         worker = threading.Thread(target=cpu_worker, name="unifl-qat-cpu-share", daemon=True)
         worker.start()
 
-    # --- stage 1: the QAT queue
-    job = None
-    if n_dev:
-        job = sess.start(base[:n_dev], exps if exps.shape[0] == 1 else exps[:n_dev], ctx.m_limbs,
-                         qat.max_in_flight, qat.instances)
-    st.on_qat += n_dev
-    st.on_cpu_share += n_cpu
-
     # --- stage 2: the CPU queue, fed by completion flags
     # The CPU takes landed tasks in small groups rather than one by one: each wake-up costs CPU
     # time that a device sharing the host (the simulator) would otherwise use; the group is small
@@ -124,6 +135,7 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
     cpu_done = 0
     while not dev_done or cpu_done < n_cpu:
         if not dev_done:
+            assert job is not None          # dev_done starts True exactly when nothing was submitted
             idx, dev_done = job.wait_landed(0.002 if n_cpu else -1.0, min_batch)
             if idx.size:
                 _finish_device_chunk(qat, ctx, base, exps, job, idx, finish, st)
@@ -151,7 +163,6 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
 def _finish_device_chunk(qat, ctx, base, exps, job, idx, finish, st) -> None:
     """Stage 2 for rows that landed from the device: take their ModExp results (recomputing on the
     CPU the ones flagged FAILED), then run ``finish`` on them."""
-    from ._qat import FAILED
     t = time.perf_counter()
     res, flags = job.rows(idx)
     bad = np.flatnonzero(flags == FAILED)

@@ -14,6 +14,14 @@ Library resolution, first match wins:
    ``libusdm.so.0`` / ``libusdm.so`` / ``libusdm_drv_s.so`` (``UNIFL_QAT_USDM_LIBRARY`` to override);
 3. our simulator library shipped in this package (``libqat_sim*.so``), unless ``simulator=False``
    or ``UNIFL_QAT_SIMULATOR=0``.
+
+Failures are typed.  A session that cannot be opened (no library, no instance, the configuration
+section refused) is :class:`~unifl.core.errors.BackendUnavailable`: QAT cannot run here.  A driver
+call on an open session that fails -- a submission refused because the session was closed under it
+(:class:`QatSessionClosed`), pinned memory that cannot be allocated -- is :class:`QatError`, a
+:class:`~unifl.core.errors.DeviceError` naming the library, the configuration section and the call,
+which the scheduler's fallback chain takes over.  A single request the device fails is not an
+error here: the pipeline recomputes it on the CPU (``unifl.backends.qat.pipeline``).
 """
 
 from __future__ import annotations
@@ -21,18 +29,27 @@ from __future__ import annotations
 import atexit
 import ctypes
 import glob
+import importlib
 import os
 import threading
+from typing import Any
 
-from ...core.errors import BackendUnavailable
+import numpy as np
+
+from ...core.errors import BackendUnavailable, DeviceError
 
 try:
-    from . import _qat
+    # the compiled driver (src/qat_driver.cpp), imported by name: it ships no type stubs
+    _qat: Any = importlib.import_module(f"{__package__}._qat")
 except ImportError as exc:  # extension not built
     _qat = None
     IMPORT_ERROR = str(exc)
 else:
     IMPORT_ERROR = ""
+
+#: the driver's flag of a request the device failed (its caller recomputes it on the CPU); -1, no
+#: flag at all, when the driver extension is not built (and the backend cannot start)
+FAILED: int = int(_qat.FAILED) if _qat is not None else -1
 
 REAL_QAT_NAMES = ("libqat.so.4", "libqat.so", "libqat_s.so")
 REAL_USDM_NAMES = ("libusdm.so.0", "libusdm.so", "libusdm_drv_s.so")
@@ -40,9 +57,68 @@ SIMULATOR_WORDS = ("sim", "simulator")
 SIMULATOR_LABEL = "QAT simulator"
 
 _lock = threading.Lock()
-_session = None          # the live _qat.Session
+_session: "Session | None" = None     # the live session
 _session_key = None      # (qat candidates, usdm candidates, section) it was opened with
 _real_cache: dict[str, str | None] = {}
+
+
+class QatError(DeviceError):
+    """A QAT driver call on an open session failed; the message names the library, the
+    configuration section and the call, with the driver's own message (chained as ``__cause__``)."""
+
+
+class QatSessionClosed(QatError):
+    """A request was submitted to a session that had been closed (``close()``, or at exit)."""
+
+
+class Session:
+    """The process's driver session (``_qat.Session``) with its failures typed (:class:`QatError`).
+
+    ``start`` submits a batch of ModExps asynchronously and returns the driver's job (its
+    ``wait_landed`` / ``rows`` / ``result`` / ``join`` are read-outs of host memory that raise only
+    on a caller's wrong index); ``stats``, ``info``, ``closed``, ``close`` as the driver's."""
+
+    def __init__(self, raw: Any, qat_names: list[str], section: str) -> None:
+        self._raw = raw
+        kind = SIMULATOR_LABEL if raw.info()["simulator"] else "QAT"
+        self._where = f"{kind} ({qat_names[0] if qat_names else '?'}, section [{section}])"
+
+    def start(self, base: np.ndarray, exps: np.ndarray, mod: np.ndarray, max_in_flight: int = 96,
+              instances: int = 0) -> Any:
+        """Submit base^e mod m for every row (the driver's ``cpaCyLnModExp`` per row, from its
+        submitter thread).  QatSessionClosed when the session was closed; QatError when the driver
+        refuses the batch (pinned memory for the in-flight window cannot be allocated)."""
+        try:
+            return self._raw.start(base, exps, mod, max_in_flight, instances)
+        except RuntimeError as exc:
+            if self._raw.closed:
+                raise QatSessionClosed(f"{self._where}: cpaCyLnModExp submission refused: the "
+                                       f"session is closed ({exc})") from exc
+            raise QatError(f"{self._where}: cpaCyLnModExp submission failed: {exc}") from exc
+        except MemoryError as exc:
+            raise QatError(f"{self._where}: cpaCyLnModExp submission failed: out of memory "
+                           f"({exc})") from exc
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+    @property
+    def num_instances(self) -> int:
+        return int(self._raw.num_instances)
+
+    def info(self) -> dict:
+        """Library, USDM library, simulator flag, section and the instances' descriptions."""
+        return dict(self._raw.info())
+
+    def stats(self) -> dict:
+        """The driver's counters (see ``QatBackend.stats``)."""
+        return dict(self._raw.stats())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop taking work; in-flight requests get ``timeout`` seconds to land, the rest are
+        flagged failed (their callers recompute them on the CPU)."""
+        self._raw.close(timeout)
 
 
 def simulator_path() -> str | None:
@@ -103,8 +179,9 @@ def resolve(library: str | None = None, simulator: bool | None = None
 
 
 def session(library: str | None = None, simulator: bool | None = None,
-            section: str | None = None):
-    """The live driver session for this library (opened on first use, or again after close())."""
+            section: str | None = None) -> Session:
+    """The live driver session for this library (opened on first use, or again after close());
+    BackendUnavailable when it cannot be opened."""
     global _session, _session_key
     if _qat is None:
         raise BackendUnavailable(f"QAT driver extension not built ({IMPORT_ERROR})")
@@ -118,10 +195,11 @@ def session(library: str | None = None, simulator: bool | None = None,
             # one QAT user-space process per OS process: a different library replaces the old one
             _session.close(10.0)
         try:
-            _session = _qat.Session(qat_names, usdm_names, section)
+            _session = Session(_qat.Session(qat_names, usdm_names, section), qat_names, section)
         except RuntimeError as exc:
             _session = None
-            raise BackendUnavailable(f"QAT could not be started: {exc}") from exc
+            raise BackendUnavailable(f"QAT could not be started ({qat_names[0]}, section "
+                                     f"[{section}]): {exc}") from exc
         _session_key = key
         return _session
 
