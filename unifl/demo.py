@@ -25,13 +25,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import yaml
 
 from .app.params import PARAMS, load_job
 from .configs import load_party
 from .core.errors import ConfigError, UniflError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEMO_JOBS = {"breast": "demo_vlr_breast.yaml", "motor": "demo_vlinr_motor.yaml",
              "default_credit": "demo_vlr_default_credit.yaml"}
@@ -153,7 +156,8 @@ def _party_cmd(role: str, config: str, job: Path, run_dir: Path, ports: dict[str
     return cmd
 
 
-def run_demo(opts: DemoOptions, console=None, on_start=None) -> dict[str, dict]:
+def run_demo(opts: DemoOptions, console: Console | None = None,
+             on_start: Callable[[dict[str, int], Path], None] | None = None) -> dict[str, dict]:
     """Run every party of the job (guest and host; the arbiter too when the job has one) as its
     own process; return {role: result}.  Raises DemoFailed."""
     run_dir = Path(opts.workdir or tempfile.mkdtemp(prefix="unifl-demo-"))

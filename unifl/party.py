@@ -9,13 +9,23 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .app.params import JobConfig, with_party_scale
 from .configs import PartyConfig, validate
 from .core.errors import ConfigError
 
 log = logging.getLogger("unifl.party")
+
+
+@runtime_checkable
+class ScheduledBackend(Protocol):
+    """What the scheduler's backend (``backend_from_config``) adds to a Backend: what was chosen
+    and why (``selection``) and the per-op record (``report()``)."""
+
+    selection: dict[str, Any]
+
+    def report(self) -> list[dict[str, Any]]: ...
 
 
 def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
@@ -62,7 +72,7 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
     warn_if_insecure(cfg)
     t0 = time.perf_counter()
     # the scheduler's chain: a Backend that also reports its selection and per-op record
-    backend: Any = backend_from_config(cfg)
+    backend = backend_from_config(cfg)
     t_backend = time.perf_counter() - t0
     transport = from_config(cfg, job.job_id, resume=job.resume)
     channel = Channel(transport, default_timeout=cfg.network.timeout_s, backend=backend,
@@ -76,6 +86,9 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
         if callable(close):
             close()
     result.setdefault("dataset", job.dataset)
+    if not isinstance(backend, ScheduledBackend):   # what reading .selection / .report() would hit
+        raise AttributeError(f"the scheduler's backend {type(backend).__name__} has no "
+                             "selection / report()")
     result["backend"] = {**backend.selection, "report": backend.report(),
                          "start_seconds": t_backend}
     result["wall_seconds"] = time.perf_counter() - t0

@@ -18,8 +18,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Iterable, Protocol, runtime_checkable
 
+from ..core.backend import Backend
 from ..core.errors import InsecureTransportError, PeerTimeout, TransportError
 from ..phe_sdk import paillier, rsa
 from . import codec
@@ -122,7 +123,7 @@ class LocalTransport:
         self.hub.close(self.role)
 
 
-def local_transports(roles=("guest", "host")) -> dict[str, LocalTransport]:
+def local_transports(roles: Iterable[str] = ("guest", "host")) -> dict[str, LocalTransport]:
     """Connected LocalTransports, one per role."""
     hub = LocalHub()
     return {r: LocalTransport(r, hub) for r in roles}
@@ -132,7 +133,7 @@ class Channel:
     """Objects between parties over a ``Transport`` (see the module docstring)."""
 
     def __init__(self, transport: Transport, default_timeout: float = 120.0,
-                 backend=None, min_key_bits: int | None = None) -> None:
+                 backend: Backend | None = None, min_key_bits: int | None = None) -> None:
         self.transport = transport
         #: the party's key_bits floor: any key received below it is refused (WeakKeyError) before
         #: a key object is built

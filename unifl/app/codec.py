@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..core.backend import Backend
 from ..core.errors import KeyMismatchError, PrivateKeyExposure, SerializationError
 from ..phe_sdk import paillier, rsa, serialize
 from ..phe_sdk.array import EncryptedArray
@@ -64,6 +65,7 @@ _U32 = struct.Struct("<I")
 _F64 = struct.Struct("<d")
 
 KeyLookup = Callable[[bytes], "paillier.PublicKey | None"]
+KeyCallback = Callable[["paillier.PublicKey"], None]
 
 
 def fingerprint16(key: paillier.PublicKey) -> bytes:
@@ -246,7 +248,8 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
 
 # ------------------------------------------------------------------ decoding
 class _Reader:
-    def __init__(self, data: bytes, keys: KeyLookup | None, on_key, backend,
+    def __init__(self, data: bytes, keys: KeyLookup | None, on_key: KeyCallback | None,
+                 backend: Backend | None,
                  min_key_bits: int | None = None, allow_private_key: bool = False) -> None:
         self.data = data
         self.pos = 0
@@ -355,7 +358,8 @@ class _Reader:
         raise SerializationError(f"unknown type tag {tag!r} at offset {self.pos - 1}")
 
 
-def decode(data: bytes, keys: KeyLookup | None = None, *, on_key=None, backend=None,
+def decode(data: bytes, keys: KeyLookup | None = None, *, on_key: KeyCallback | None = None,
+           backend: Backend | None = None,
            min_key_bits: int | None = None, allow_private_key: bool = False) -> Any:
     """Parse a message made by :func:`encode` (or, with ``allow_private_key``, by
     :func:`encode_private_key`).

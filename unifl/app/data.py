@@ -16,6 +16,7 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -120,7 +121,7 @@ def load_party(dataset: str, role: str, data_dir: str | None = None, kind: str =
     return read_csv(path, with_label=(kind == "homo" or role == "guest"))
 
 
-def sorted_ids(ids) -> list[str]:
+def sorted_ids(ids: Iterable[str]) -> list[str]:
     """The canonical order both parties use for a set of ids: numeric when all ids are integers,
     else lexicographic (ids are compared as strings either way)."""
     ids = list(ids)

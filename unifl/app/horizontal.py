@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.backend import Backend
 from ..core.errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
                            TransportError, WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
@@ -62,7 +63,7 @@ def client_matrix(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
     return np.hstack([data.X, np.ones((len(data.ids), 1))]), data.y
 
 
-def _check_aggregate(agg, pk: paillier.PublicKey, shape: tuple, scale: int) -> None:
+def _check_aggregate(agg: object, pk: paillier.PublicKey, shape: tuple, scale: int) -> None:
     """What the clients decrypt must be the model-shaped sum under the shared key, at the scale
     the clients encrypt at; anything else is refused before decryption."""
     if not isinstance(agg, dict) or not isinstance(agg.get("w"), EncryptedArray) \
@@ -77,7 +78,8 @@ def _check_aggregate(agg, pk: paillier.PublicKey, shape: tuple, scale: int) -> N
                                 f"2^-{scale}, n > 0")
 
 
-def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) -> dict:
+def _client(role: str, job: dict[str, Any], p: HorizontalParams, channel: Channel,
+            be: Backend | None, t: Timings, data_dir: str | None, progress: bool) -> dict:
     other = "host" if role == "guest" else "guest"
     if not channel.mutually_authenticated:
         # the clients share the private key: refuse the job before a key exists
@@ -136,7 +138,8 @@ def _client(role, job, p, channel: Channel, be, t: Timings, data_dir, progress) 
     return out
 
 
-def _aggregator(job, p, channel: Channel, be, t: Timings) -> dict:
+def _aggregator(job: dict[str, Any], p: HorizontalParams, channel: Channel, be: Backend | None,
+                t: Timings) -> dict:
     pk = channel.recv("guest", "hfl/pk")
     if not isinstance(pk, paillier.PublicKey):
         raise ProtocolViolation(f"aggregator: expected the shared public key, got "
@@ -169,8 +172,8 @@ def _aggregator(job, p, channel: Channel, be, t: Timings) -> dict:
     return {"model": {}, "metrics": {}}
 
 
-def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None = None,
-        progress: bool = True) -> dict:
+def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+        data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "hlr" (parties guest, host, arbiter)."""
     if "arbiter" not in job["parties"]:
         raise ConfigError("hlr needs parties [guest, host, arbiter] (the arbiter aggregates)")

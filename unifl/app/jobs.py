@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Mapping
 
+from ..core.backend import Backend
 from ..core.errors import ConfigError, TransportError
 from . import horizontal, psi, secureboost, vertical
 from .channel import ROLES, Channel, local_transports
@@ -37,8 +38,9 @@ ALGORITHMS: dict[str, Callable[..., dict]] = {
 }
 
 
-def run_job(role: str, job: Mapping[str, Any] | JobConfig, channel: Channel, backend: Any, *,
-            data_dir: str | None = None, progress: bool = True) -> dict:
+def run_job(role: str, job: Mapping[str, Any] | JobConfig, channel: Channel,
+            backend: Backend | None, *, data_dir: str | None = None,
+            progress: bool = True) -> dict:
     """Run this party's side of ``job`` and return its result (see the module docstring).
 
     Args:
@@ -60,9 +62,9 @@ def run_job(role: str, job: Mapping[str, Any] | JobConfig, channel: Channel, bac
     return result
 
 
-def run_local(job: Mapping[str, Any] | JobConfig, backend: Any, *, data_dir: str | None = None,
-              progress: bool = False, timeout: float = 120.0,
-              backends: Mapping[str, Any] | None = None) -> dict[str, dict]:
+def run_local(job: Mapping[str, Any] | JobConfig, backend: Backend | None, *,
+              data_dir: str | None = None, progress: bool = False, timeout: float = 120.0,
+              backends: Mapping[str, Backend | None] | None = None) -> dict[str, dict]:
     """All parties of ``job`` as threads of this process over :class:`LocalTransport` (tests,
     single-machine benchmarks).  Returns {role: result}; the first party error is re-raised after
     every thread has ended (a failing party closes its transport, so its peers stop promptly).

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 
-def roc_auc(y_true, score) -> float:
+def roc_auc(y_true: npt.ArrayLike, score: npt.ArrayLike) -> float:
     """Area under the ROC curve = P(score of a positive > score of a negative), ties counting 1/2
     (the Mann-Whitney U statistic with average ranks)."""
     y = np.asarray(y_true).astype(bool)
@@ -26,7 +27,7 @@ def roc_auc(y_true, score) -> float:
     return float((ranks[y].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
 
 
-def r2_score(y_true, y_pred) -> float:
+def r2_score(y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> float:
     """1 − SS_res/SS_tot."""
     y = np.asarray(y_true, dtype=np.float64)
     p = np.asarray(y_pred, dtype=np.float64)
@@ -34,6 +35,6 @@ def r2_score(y_true, y_pred) -> float:
     return float(1.0 - ((y - p) ** 2).sum() / ss_tot) if ss_tot > 0 else float("nan")
 
 
-def sigmoid(z):
+def sigmoid(z: npt.ArrayLike) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
     return np.where(z >= 0, 1.0 / (1.0 + np.exp(-np.abs(z))), np.exp(-np.abs(z)) / (1.0 + np.exp(-np.abs(z))))

@@ -29,6 +29,7 @@ import hashlib
 
 import numpy as np
 
+from ..core.backend import Backend
 from ..core.errors import ConfigError, ProtocolViolation, SignatureError, WeakKeyError
 from ..phe_sdk import rsa
 from ..phe_sdk.rsa import full_domain_hash
@@ -53,7 +54,7 @@ def _h2(values: list[int], n: int) -> list[bytes]:
     return [hashlib.sha256(b"unifl-psi-h2" + v.to_bytes(width, "big")).digest() for v in values]
 
 
-def check_peer_key(pk, min_key_bits: int) -> rsa.PublicKey:
+def check_peer_key(pk: object, min_key_bits: int) -> rsa.PublicKey:
     """The host's RSA key, accepted only with e = 65537 and a modulus of at least ``min_key_bits``
     bits (the guest's own setting, never the host's claim): a small or odd e, or a short n, would
     let a hostile host pick a key that makes its "signatures" cheap to fake or invert."""
@@ -68,7 +69,7 @@ def check_peer_key(pk, min_key_bits: int) -> rsa.PublicKey:
     return pk
 
 
-def _digest_list(blob, field: str, max_count: int) -> list[bytes]:
+def _digest_list(blob: object, field: str, max_count: int) -> list[bytes]:
     """``blob`` (bytes from the peer) as its 32-byte digests; the count is checked before anything
     is split."""
     if not isinstance(blob, (bytes, bytearray)):
@@ -83,9 +84,9 @@ def _digest_list(blob, field: str, max_count: int) -> list[bytes]:
     return [bytes(blob[i:i + DIGEST]) for i in range(0, len(blob), DIGEST)]
 
 
-def psi_guest(channel: Channel, ids: list[str], backend, timings: Timings | None = None,
-              prefix: str = "psi", *, min_key_bits: int = rsa.MIN_KEY_BITS,
-              max_peer_ids: int = MAX_PEER_IDS) -> list[str]:
+def psi_guest(channel: Channel, ids: list[str], backend: Backend | None,
+              timings: Timings | None = None, prefix: str = "psi", *,
+              min_key_bits: int = rsa.MIN_KEY_BITS, max_peer_ids: int = MAX_PEER_IDS) -> list[str]:
     """The client side: returns the intersection (canonical order).
 
     The host is not trusted: its key must have e = 65537 and at least ``min_key_bits`` bits
@@ -123,7 +124,8 @@ def psi_guest(channel: Channel, ids: list[str], backend, timings: Timings | None
     return sorted_ids(i for _, i in hits)
 
 
-def psi_host(channel: Channel, ids: list[str], backend, key_bits: int = rsa.DEFAULT_KEY_BITS,
+def psi_host(channel: Channel, ids: list[str], backend: Backend | None,
+             key_bits: int = rsa.DEFAULT_KEY_BITS,
              timings: Timings | None = None, prefix: str = "psi", *,
              max_peer_ids: int = MAX_PEER_IDS) -> list[str]:
     """The server side (owns the RSA key): returns the intersection (canonical order).
@@ -180,14 +182,17 @@ def _ints_to_u64(values: list[int], n: int) -> np.ndarray:
     return out
 
 
-def _u64_to_ints(arr, n: int, rows: int | None = None, field: str = "values") -> list[int]:
+def _u64_to_ints(arr: object, n: int, rows: int | None = None, field: str = "values") -> list[int]:
     """The peer's (N, L) limb matrix as ints; the shape (and N when ``rows`` is ours to know) is
     checked before any conversion."""
     limbs = -(-n.bit_length() // 64)
     if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.shape[1] != limbs or \
             arr.dtype != np.uint64:
+        # np.shape takes any object at run time (a non-array's shape is ()); its stub lists only
+        # array-likes, and ``arr`` is whatever the peer sent
         raise ProtocolViolation(f"PSI: {field}: expected a (N, {limbs}) uint64 array, got "
-                                f"{np.shape(arr)} {getattr(arr, 'dtype', type(arr).__name__)}")
+                                f"{np.shape(arr)} "  # type: ignore[call-overload]
+                                f"{getattr(arr, 'dtype', type(arr).__name__)}")
     if rows is not None and arr.shape[0] != rows:
         raise ProtocolViolation(f"PSI: {field}: host sent {arr.shape[0]}, {rows} were sent to it")
     return [int.from_bytes(row.astype("<u8").tobytes(), "little") for row in arr]
@@ -224,7 +229,7 @@ def party_ids(role: str, job: dict, data_dir: str | None) -> list[str]:
     return drop_ids(ids, _psi_params(job).drop_fraction, job["seed"], role)
 
 
-def intersect(role: str, job: dict, channel: Channel, backend, ids: list[str],
+def intersect(role: str, job: dict, channel: Channel, backend: Backend | None, ids: list[str],
               timings: Timings) -> list[str]:
     """Run the PSI for this role (guest = client, host = server)."""
     # this party's own setting: the host's key size, and the guest's floor for the host's key
@@ -236,8 +241,8 @@ def intersect(role: str, job: dict, channel: Channel, backend, ids: list[str],
     raise ConfigError("PSI runs between guest and host only")
 
 
-def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None = None,
-        progress: bool = True) -> dict:
+def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+        data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point for algorithm "psi"."""
     timings = Timings()
     if role == "arbiter":

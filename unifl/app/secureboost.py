@@ -34,10 +34,11 @@ split that go left; the guest walks the trees and reports the AUC.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from ..core.backend import Backend
 from ..core.errors import ConfigError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, histogram, paillier
 from .alignment import check_alignment
@@ -314,7 +315,8 @@ def base_score(y: np.ndarray) -> float:
 
 
 def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
-          t: Timings | None = None, on_tree=None, encrypt_gh=None
+          t: Timings | None = None, on_tree: Callable[[], None] | None = None,
+          encrypt_gh: Callable[[int, np.ndarray, np.ndarray], None] | None = None
           ) -> tuple[list[list[dict]], float, np.ndarray]:
     """The guest's boosting loop over a :class:`HostSide`; returns the trees, the base score and
     the final scores F of the training rows."""
@@ -343,7 +345,7 @@ def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
 MAX_HOST_FEATURES = 1 << 16
 
 
-def _is_int(x) -> bool:
+def _is_int(x: object) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
@@ -379,7 +381,7 @@ class HostGuard:
         self.asked_splits = False
         self.host_left: dict[int, np.ndarray] = {}   # last level: node -> rows going left
 
-    def check_level(self, level) -> tuple[int, np.ndarray, int, np.ndarray]:
+    def check_level(self, level: object) -> tuple[int, np.ndarray, int, np.ndarray]:
         """(depth, node of every row, number of active nodes, wanted nodes) of a level request,
         after checking it against the host's own state."""
         if not isinstance(level, dict) or set(level) != self.LEVEL_FIELDS:
@@ -469,7 +471,7 @@ class HostGuard:
         left_c, right_c = counts[0::2], counts[1::2]
         return np.where(left_c <= right_c, np.arange(0, n_active, 2), np.arange(1, n_active, 2))
 
-    def check_splits(self, splits) -> list[tuple[int, int, int]]:
+    def check_splits(self, splits: object) -> list[tuple[int, int, int]]:
         """The split request of the current level as (node, feature, bin), all checked first."""
         if self.local is None or self.asked_splits:
             raise ProtocolViolation("SBT host: a split request without a level request before it")
@@ -523,7 +525,8 @@ class _RemoteHost:
         #: decrypted histograms must add up to, node by node
         self.gh: tuple[np.ndarray, np.ndarray] | None = None
 
-    def histograms(self, tree, depth, node_local, n_active, want):
+    def histograms(self, tree: int, depth: int, node_local: np.ndarray, n_active: int,
+                   want: list[int]) -> np.ndarray:
         tag = f"sbt/t{tree}/d{depth}"
         self.channel.send("host", f"sbt/t{tree}/level", {
             "tree": tree, "depth": depth, "active": n_active, "nodes": node_local.astype(np.int32),
@@ -543,7 +546,9 @@ class _RemoteHost:
         g, h = self._checked_cells(vals.tolist(), width, per, cells, node_local, want, shape)
         return np.stack([g.reshape(shape), h.reshape(shape)], axis=1)   # (F, 2, W, B)
 
-    def _checked_cells(self, vals, width, per, cells, node_local, want, shape):
+    def _checked_cells(self, vals: list[int], width: int, per: int, cells: int,
+                       node_local: np.ndarray, want: list[int], shape: tuple[int, int, int]
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """(Σĝ, Σĥ) of every histogram cell, after checking that the decryption is what honest
         histograms of this guest's own [[ĝ + 2^64 ĥ]] decrypt to: each plaintext exactly ``per``
         packed cells, the padding zero, every Σĥ >= 0, and for every host feature the bins of a
@@ -576,10 +581,11 @@ class _RemoteHost:
                                             "for every feature")
         return g, h
 
-    def end_tree(self, tree):
+    def end_tree(self, tree: int) -> None:
         self.channel.send("host", f"sbt/t{tree}/level", None)
 
-    def split(self, tree, depth, node_local, splits):
+    def split(self, tree: int, depth: int, node_local: np.ndarray,
+              splits: list[tuple[int, int, int]]) -> tuple[list[int], list[np.ndarray]]:
         tag = f"sbt/t{tree}/d{depth}"
         self.channel.send("host", f"{tag}/splits", [list(map(int, s)) for s in splits])
         reply = self.channel.recv("host", f"{tag}/left")
@@ -600,16 +606,19 @@ class _RemoteHost:
         return [int(r) for r in records], list(reply["left"])
 
 
-def _prepare(role, job, p: BoostParams, ids, data_dir):
+def _prepare(role: str, job: dict[str, Any], p: BoostParams, ids: list[str], data_dir: str | None
+             ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None,
+                        np.ndarray | None]:
     """(train bins, test bins, edges, train labels, test labels) of this party."""
     b = binned_party(job["dataset"], role, ids, seed=job["seed"], num_bins=p.num_bins,
                      test_fraction=p.test_fraction, max_rows=p.max_rows, data_dir=data_dir)
     return b.train, b.test, b.edges, b.y_train, b.y_test
 
 
-def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) -> dict:
+def _guest(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | None, t: Timings,
+           ids: list[str], data_dir: str | None, progress: bool) -> dict:
     bins_tr, bins_te, _, y_tr, y_te = _prepare("guest", job, p, ids, data_dir)
-    if not set(np.unique(y_tr)) <= {0.0, 1.0}:
+    if y_tr is None or y_te is None or not set(np.unique(y_tr)) <= {0.0, 1.0}:
         raise ConfigError("secureboost needs binary 0/1 labels")
     check_pack_capacity(len(y_tr), p.scale_bits)
     with t.subtask("SBT: Paillier key generation", "keygen"):
@@ -629,7 +638,7 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
     check_peer_scale("guest", "host", p.scale_bits, info.get("scale_bits"))
     remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr))
 
-    def encrypt_gh(k, gi, hi):
+    def encrypt_gh(k: int, gi: np.ndarray, hi: np.ndarray) -> None:
         remote.gh = (gi, hi)
         with t.subtask("SBT: encrypt g, h", "O1 enc"):
             with t.crypto():
@@ -656,7 +665,8 @@ def _guest(job, p, channel: Channel, be, t: Timings, ids, data_dir, progress) ->
             "model": {"base_score": f0, "learning_rate": p.learning_rate, "trees": trees}}
 
 
-def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
+def _host(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | None, t: Timings,
+          ids: list[str], data_dir: str | None) -> dict:
     bins_tr, bins_te, edges, _, _ = _prepare("host", job, p, ids, data_dir)
     pk = channel.recv("guest", "sbt/pk")
     if not isinstance(pk, paillier.PublicKey):
@@ -721,8 +731,8 @@ def _host(job, p, channel: Channel, be, t: Timings, ids, data_dir) -> dict:
             "model": {"records": [{"feature": f, "threshold": thr} for f, thr, _ in records]}}
 
 
-def run(role: str, job: dict, channel: Channel, backend, *, data_dir: str | None = None,
-        progress: bool = True) -> dict:
+def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+        data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "secureboost" (guest and host; the ids must already be aligned)."""
     if role == "arbiter":
         raise ConfigError("secureboost runs between guest and host only")

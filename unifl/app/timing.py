@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator
+from typing import ContextManager, Iterator, Protocol
+
+
+class Advance(Protocol):
+    """What a progress bar context yields: ``advance(n)`` moves the bar ``n`` steps."""
+
+    def __call__(self, n: int = 1) -> None: ...
 
 
 class Timings:
@@ -41,7 +47,7 @@ class Timings:
         return [dict(r) for r in self._rows.values()]
 
 
-def progress_bar(total: int, description: str, enabled: bool):
+def progress_bar(total: int, description: str, enabled: bool) -> ContextManager[Advance]:
     """A rich progress bar context yielding an ``advance()`` callable (no-op when disabled)."""
     if not enabled:
         return contextlib.nullcontext(lambda n=1: None)
@@ -49,7 +55,7 @@ def progress_bar(total: int, description: str, enabled: bool):
 
 
 @contextlib.contextmanager
-def _rich_bar(total: int, description: str):
+def _rich_bar(total: int, description: str) -> Iterator[Advance]:
     from rich.errors import LiveError
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     prog = Progress(TextColumn("{task.description}"), BarColumn(),

@@ -63,9 +63,11 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ..core.backend import Backend
 from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
                            WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
@@ -130,7 +132,7 @@ def mask_gradient(enc: EncryptedArray) -> tuple[EncryptedArray, list[int], int]:
     return enc.add_residues(r).obfuscate(), r, enc.scale_bits
 
 
-def unmask_gradient(values, r: list[int], scale_bits: int, n: int) -> np.ndarray:
+def unmask_gradient(values: object, r: list[int], scale_bits: int, n: int) -> np.ndarray:
     """((v + R) − R mod n), decoded centred (residues above n/2 are negative), times 2^-scale, as
     float64.  ``values`` come from the key owner: each must be an int in [0, n), one per mask."""
     if not isinstance(values, (list, tuple)) or len(values) != len(r):
@@ -178,7 +180,7 @@ class SentCiphertexts:
         return len(self._digests)
 
 
-def decrypt_masked(arr, sk: paillier.PrivateKey, shape: tuple[int, ...],
+def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
                    sent: SentCiphertexts | None = None, record: bool = False) -> list[int]:
     """The key owner's step 4: the masked residues to return, after checking the request.
 
@@ -389,9 +391,10 @@ def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | Non
         s.previous = (done, w.copy(), stopped)
 
 
-def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray, enc_d, sk_own,
+def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray,
+                    enc_d: EncryptedArray, sk_own: paillier.PrivateKey | None,
                     sent: SentCiphertexts | None, peer_shape: tuple[int, ...], *, own: str,
-                    peer: str, arbiter: bool):
+                    peer: str, arbiter: bool) -> np.ndarray:
     """One party's half of a gradient exchange (the same for guest and host, ``own`` = "g" | "h").
 
     Xᵀ·[[d]] is masked and sent to the holder of d's key (the peer, or the arbiter); in the two-party
@@ -407,6 +410,7 @@ def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray, enc_
         sent.add(masked)
     channel.send(key_owner, f"{tag}/masked_{own}", masked)
     if not arbiter:
+        assert sk_own is not None           # two-party: this party's own key pair
         peer_masked = channel.recv(peer, f"{tag}/masked_{other}")
         with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
             with t.crypto():
@@ -416,7 +420,8 @@ def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray, enc_
     return unmask_gradient(back, r, scale, masked.public_key.n)
 
 
-def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str, scale: int) -> EncryptedArray:
+def _expect(obj: object, key: paillier.PublicKey, shape: tuple, what: str, scale: int
+            ) -> EncryptedArray:
     """``obj`` must be an encrypted array under ``key`` with ``shape``, at the scale agreed at job
     start (the peer's frame does not choose it), else a named error."""
     if not isinstance(obj, EncryptedArray):
@@ -431,7 +436,7 @@ def _expect(obj, key: paillier.PublicKey, shape: tuple, what: str, scale: int) -
     return obj
 
 
-def _expect_key(obj, job: dict, what: str) -> paillier.PublicKey:
+def _expect_key(obj: object, job: dict[str, Any], what: str) -> paillier.PublicKey:
     """A received public key: a Paillier key no smaller than the job's key size."""
     if not isinstance(obj, paillier.PublicKey):
         raise ProtocolViolation(f"expected {what}'s Paillier public key, got {type(obj).__name__}")
@@ -441,19 +446,21 @@ def _expect_key(obj, job: dict, what: str) -> paillier.PublicKey:
     return obj
 
 
-def _maybe_fixed_base(p: VerticalParams, pk: paillier.PublicKey, be, t: Timings) -> None:
+def _maybe_fixed_base(p: VerticalParams, pk: paillier.PublicKey, be: Backend | None,
+                      t: Timings) -> None:
     if p.fixed_base and pk.fixed_base is None:
         with t.subtask("VFL: fixed-base table (DJN option)", "precompute"):
             with t.crypto():
                 pk.enable_fixed_base(backend=be)
 
 
-def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings, progress,
+def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatrices,
+                 channel: Channel, be: Backend | None, t: Timings, progress: bool,
                  arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
-    y = m.y_train
-    if y is None:
+    y, y_test = m.y_train, m.y_test
+    if y is None or y_test is None:      # both come from the label column
         raise ConfigError("guest: its data has no label column (the guest holds the labels)")
     ck = _checkpoint_path(p, job, "guest")
     s = _handshake("guest", "host", channel, p, job, m, arbiter)
@@ -525,14 +532,15 @@ def _train_guest(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timing
             raise ProtocolViolation(f"host's test predictions have shape {zh_test.shape}, "
                                     f"expected ({len(m.X_test)},)")
         z = m.X_test @ w + zh_test
-        metrics = ({"auc": roc_auc(m.y_test, sigmoid(z))} if task == "lr"
-                   else {"r2": r2_score(m.y_test, z)})
+        metrics = ({"auc": roc_auc(y_test, sigmoid(z))} if task == "lr"
+                   else {"r2": r2_score(y_test, z)})
     metrics.update({"epochs": int(epoch), "stopped_early": bool(stopped), "train_rows": int(n),
                     "test_rows": int(len(m.X_test))})
     return {"metrics": metrics, "model": {"weights": w.tolist(), "features": m.feature_names}}
 
 
-def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings, progress,
+def _train_host(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatrices,
+                channel: Channel, be: Backend | None, t: Timings, progress: bool,
                 arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
@@ -595,7 +603,8 @@ def _train_host(job, p, task, m: PartyMatrices, channel: Channel, be, t: Timings
                                                          "features": m.feature_names}}
 
 
-def _serve_arbiter(job, channel: Channel, be, t: Timings) -> dict:
+def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
+                   t: Timings) -> dict:
     """Key owner of the coordinated variant: decrypts masked gradients, sees nothing else.
 
     Each party's request must have the gradient shape both parties announced at job start (they
@@ -648,8 +657,8 @@ def _params(job: dict) -> VerticalParams:
     return p
 
 
-def train(role: str, job: dict, channel: Channel, backend, task: str, ids: list[str] | None,
-          data_dir: str | None, progress: bool, timings: Timings) -> dict:
+def train(role: str, job: dict, channel: Channel, backend: Backend | None, task: str,
+          ids: list[str] | None, data_dir: str | None, progress: bool, timings: Timings) -> dict:
     """This party's side of vertical LR ("lr") or LinR ("linr") on the rows ``ids``
     (None: the party's own ids, checked equal to the peer's)."""
     p = _params(job)
@@ -674,7 +683,8 @@ def train(role: str, job: dict, channel: Channel, backend, task: str, ids: list[
     return out
 
 
-def _run(role, job, channel, backend, data_dir, progress, task, with_psi) -> dict:
+def _run(role: str, job: dict[str, Any], channel: Channel, backend: Backend | None,
+         data_dir: str | None, progress: bool, task: str, with_psi: bool) -> dict:
     timings = Timings()
     ids = None
     result: dict = {}
@@ -691,21 +701,25 @@ def _run(role, job, channel, backend, data_dir, progress, task, with_psi) -> dic
     return result
 
 
-def run_lr(role, job, channel, backend, *, data_dir=None, progress=True) -> dict:
+def run_lr(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+           data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "vlr"."""
     return _run(role, job, channel, backend, data_dir, progress, "lr", False)
 
 
-def run_linr(role, job, channel, backend, *, data_dir=None, progress=True) -> dict:
+def run_linr(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+             data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "vlinr"."""
     return _run(role, job, channel, backend, data_dir, progress, "linr", False)
 
 
-def run_psi_lr(role, job, channel, backend, *, data_dir=None, progress=True) -> dict:
+def run_psi_lr(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+               data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "psi+vlr": PSI on the ids, then vertical LR on the intersection."""
     return _run(role, job, channel, backend, data_dir, progress, "lr", True)
 
 
-def run_psi_linr(role, job, channel, backend, *, data_dir=None, progress=True) -> dict:
+def run_psi_linr(role: str, job: dict, channel: Channel, backend: Backend | None, *,
+                 data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "psi+vlinr"."""
     return _run(role, job, channel, backend, data_dir, progress, "linr", True)

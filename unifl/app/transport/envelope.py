@@ -9,8 +9,10 @@ build.  The ``.proto`` file beside this module is the readable spec; a test chec
 from __future__ import annotations
 
 import enum
+from typing import Any, Protocol, TypeVar, cast
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 #: 2: the session handshake (``Envelope.peer_session``, ``Ack.session``); a v1 peer is refused by
 #: name instead of failing the handshake in a confusing way
@@ -48,7 +50,48 @@ class ErrorCode(enum.IntEnum):
     QUOTA = 10          # the sender has too many bytes or messages queued at the receiver
 
 
-def _build():
+class EnvelopeMessage(Protocol):
+    """An ``Envelope`` (fields as in ``SCHEMA``; protobuf's defaults when unset)."""
+
+    protocol_version: int
+    job_id: str
+    sender: str
+    receiver: str
+    tag: str
+    session: int
+    seq: int
+    payload: bytes
+    crc32: int
+    peer_session: int
+
+    def SerializeToString(self) -> bytes: ...  # noqa: N802 -- protobuf's name
+
+
+class AckMessage(Protocol):
+    """An ``Ack`` (fields as in ``SCHEMA``; protobuf's defaults when unset)."""
+
+    protocol_version: int
+    seq: int
+    duplicate: bool
+    error_code: int
+    error: str
+    session: int
+
+    def SerializeToString(self) -> bytes: ...  # noqa: N802 -- protobuf's name
+
+
+_M = TypeVar("_M", covariant=True)
+
+
+class MessageClass(Protocol[_M]):
+    """A message class built by ``_build``: made from field values, or parsed from bytes."""
+
+    def __call__(self, **fields: Any) -> _M: ...
+
+    def FromString(self, s: bytes) -> _M: ...  # noqa: N802 -- protobuf's name
+
+
+def _build() -> tuple[type[Message], ...]:
     fdp = descriptor_pb2.FileDescriptorProto(name="unifl_transport.proto", package=PACKAGE,
                                              syntax="proto3")
     for msg_name, fields in SCHEMA.items():
@@ -64,4 +107,8 @@ def _build():
                  for m in SCHEMA)
 
 
-Envelope, Ack = _build()
+_envelope, _ack = _build()
+# the classes are made at run time from SCHEMA, so their fields are unknown to mypy: these casts
+# state them (the Protocols above list SCHEMA's fields; a test checks SCHEMA against the .proto)
+Envelope = cast("MessageClass[EnvelopeMessage]", _envelope)
+Ack = cast("MessageClass[AckMessage]", _ack)

@@ -55,14 +55,17 @@ from collections import deque
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol, TypeAlias, cast
 
 import grpc
 
+from ...configs import PartyConfig
 from ...configs.schema import is_loopback_address
 from ...core.errors import (ConfigError, JobMismatchError, MalformedMessageError, MessageTooLarge,
                        PeerClosed, PeerQuotaExceeded, PeerTimeout, PeerUnavailable,
                        ProtocolVersionError, SequenceError, SessionError, TransportError)
-from .envelope import (DELIVER_METHOD, PROTOCOL_VERSION, SERVICE, Ack, Envelope, ErrorCode)
+from .envelope import (DELIVER_METHOD, PROTOCOL_VERSION, SERVICE, Ack, AckMessage, Envelope,
+                       ErrorCode)
 
 log = logging.getLogger("unifl.transport")
 
@@ -88,6 +91,24 @@ _CODE_ERRORS = {ErrorCode.MALFORMED: MalformedMessageError, ErrorCode.VERSION: P
 _RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
+#: a stub of the Deliver method: envelope bytes in, Ack bytes out (a string: grpc's class is
+#: generic only in its type stubs)
+DeliverStub: TypeAlias = "grpc.UnaryUnaryMultiCallable[bytes, bytes]"
+
+
+class TlsSettings(Protocol):
+    """Where the PEM files of mutual TLS are (``TlsFiles``, or a config's ``network.tls``)."""
+
+    @property
+    def cert(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def ca(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """PEM files for mutual TLS: this party's certificate and key, and the CA of all parties."""
@@ -97,7 +118,8 @@ class TlsFiles:
 
     def read(self) -> tuple[bytes, bytes, bytes]:
         try:
-            return tuple(Path(p).read_bytes() for p in (self.cert, self.key, self.ca))
+            return (Path(self.cert).read_bytes(), Path(self.key).read_bytes(),
+                    Path(self.ca).read_bytes())
         except OSError as exc:
             raise TransportError(f"TLS file unreadable: {exc}") from exc
 
@@ -124,7 +146,8 @@ class GrpcTransport:
         insecure: allow plaintext (no ``tls``) on addresses off the loopback.
     """
 
-    def __init__(self, role: str, listen: str, peers: dict[str, str], job_id: str, tls=None,
+    def __init__(self, role: str, listen: str, peers: dict[str, str], job_id: str,
+                 tls: TlsSettings | None = None,
                  max_message_mb: float = 64.0, timeout_s: float = 120.0, *,
                  protocol_version: int = PROTOCOL_VERSION, server_workers: int = 4,
                  liveness_s: float = 5.0, max_queued_mb: float | None = None,
@@ -166,7 +189,7 @@ class GrpcTransport:
         self._next_seq: dict[str, int] = {}                   # receiver -> next seq to send
         self._peer_nonce: dict[str, int] = {}                 # receiver -> its session nonce
         self._send_locks: dict[str, threading.Lock] = {}
-        self._channels: dict[str, tuple[grpc.Channel, object]] = {}
+        self._channels: dict[str, tuple[grpc.Channel, DeliverStub]] = {}
         self._chan_lock = threading.Lock()
         #: a peer seen alive (a message went through) whose pings then fail for ``liveness_s``
         #: has stopped: recv says so at once instead of waiting out its timeout
@@ -179,7 +202,8 @@ class GrpcTransport:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=server_workers,
                                                               thread_name_prefix=f"unifl-{role}"),
                                    options=opts)
-        handler = grpc.unary_unary_rpc_method_handler(self._deliver)   # raw bytes both ways
+        handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
+            self._deliver)   # raw bytes both ways
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, {"Deliver": handler}),))
         try:
@@ -211,7 +235,7 @@ class GrpcTransport:
                               "configured; configure mutual TLS (network.tls) or, knowingly, "
                               "network.insecure: true")
 
-    def _grpc_options(self) -> list[tuple[str, int]]:
+    def _grpc_options(self) -> list[tuple[str, int | str]]:
         limit = self.max_bytes + ENVELOPE_OVERHEAD
         return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
 
@@ -221,7 +245,7 @@ class GrpcTransport:
         self.peers[role] = address
 
     # ---- server side
-    def _ack(self, seq: int = 0, **fields) -> bytes:
+    def _ack(self, seq: int = 0, **fields: Any) -> bytes:
         return Ack(protocol_version=self.protocol_version, seq=seq, session=self.session,
                    **fields).SerializeToString()
 
@@ -256,7 +280,7 @@ class GrpcTransport:
             self._log_window = (start, logged + 1, suppressed)
         log.warning("%s refused a message: %s", self.role, msg[:1000])
 
-    def _deliver(self, raw: bytes, context) -> bytes:
+    def _deliver(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         try:
             env = Envelope.FromString(raw)
         except Exception:  # noqa: BLE001 - any parse failure is a malformed envelope
@@ -368,11 +392,11 @@ class GrpcTransport:
                    error=msg).SerializeToString()
 
     # ---- client side
-    def _stub(self, dst: str):
+    def _stub(self, dst: str) -> DeliverStub:
         with self._chan_lock:
             return self._stub_locked(dst)
 
-    def _stub_locked(self, dst: str):
+    def _stub_locked(self, dst: str) -> DeliverStub:
         if dst not in self._channels:
             addr = self.peers.get(dst)
             if addr is None:
@@ -436,7 +460,8 @@ class GrpcTransport:
                 self.stats["messages_sent"] += 1
             self.stats["seconds_sending"] += time.perf_counter() - t0
 
-    def _call(self, stub, env: bytes, dst: str, tag: str, deadline: float, timeout: float):
+    def _call(self, stub: DeliverStub, env: bytes, dst: str, tag: str, deadline: float,
+              timeout: float) -> AckMessage:
         """One envelope to ``dst``, retried on transient failures until ``deadline``; its Ack,
         or the refusal it carries raised as the matching named error."""
         delay, attempt, last_err = 0.05, 0, "no attempt"
@@ -576,32 +601,34 @@ class GrpcTransport:
     def __enter__(self) -> "GrpcTransport":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _parse_ack(raw: bytes, me: str, dst: str):
+def _parse_ack(raw: bytes, me: str, dst: str) -> AckMessage:
     try:
         return Ack.FromString(raw)
     except Exception as exc:  # noqa: BLE001
         raise MalformedMessageError(f"{me}: unparsable acknowledgement from {dst}") from exc
 
 
-def _peer_is(context, role: str) -> bool:
+def _peer_is(context: grpc.ServicerContext, role: str) -> bool:
     """True when the client's verified TLS certificate names ``role`` (SAN DNS entry or CN)."""
-    auth = context.auth_context() or {}
+    # gRPC gives an iterable of bytes per auth property; types-grpcio's stub says one bytes value
+    auth = cast(Mapping[str, Iterable[bytes]], context.auth_context() or {})
     names = [v.decode() for k in ("x509_subject_alternative_name", "x509_common_name")
              for v in auth.get(k, [])]
     return role in names
 
 
-def from_config(cfg, job_id: str, **overrides) -> GrpcTransport:
+def from_config(cfg: PartyConfig, job_id: str, **overrides: Any) -> GrpcTransport:
     """A transport from a :class:`unifl.configs.PartyConfig`'s ``network`` section (``overrides``,
     e.g. ``resume=True`` from the job, replace constructor arguments)."""
     net = cfg.network
-    kwargs = dict(role=cfg.party, listen=net.listen, peers=dict(net.peers), job_id=job_id,
-                  tls=net.tls, max_message_mb=net.max_message_mb, timeout_s=net.timeout_s,
-                  liveness_s=net.liveness_s, max_queued_mb=net.max_queued_mb,
-                  max_queued_messages=net.max_queued_messages, insecure=net.insecure)
+    kwargs: dict[str, Any] = dict(
+        role=cfg.party, listen=net.listen, peers=dict(net.peers), job_id=job_id, tls=net.tls,
+        max_message_mb=net.max_message_mb, timeout_s=net.timeout_s, liveness_s=net.liveness_s,
+        max_queued_mb=net.max_queued_mb, max_queued_messages=net.max_queued_messages,
+        insecure=net.insecure)
     kwargs.update(overrides)
     return GrpcTransport(**kwargs)
