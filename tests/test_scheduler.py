@@ -14,7 +14,7 @@ from unifl import base_op, mod_op
 from unifl.core import registry
 from unifl.core.backend import Backend
 from unifl.configs import PartyConfig
-from unifl.core.errors import BackendUnavailable
+from unifl.core.errors import BackendUnavailable, ConfigError, OperandError
 from unifl.scheduler import (CountingBackend, MultiDeviceBackend, SerialExecutor, ThreadExecutor,
                              backend_from_config, calibrate)
 
@@ -183,6 +183,23 @@ def test_counters_count_each_call_and_element():
     assert {r["op"] for r in cpu_only_mm.report()} == {"mont_mul"}
 
 
+def test_scalar_device_entries_go_through_the_backends_own_selector():
+    # native's selector reads a scalar entry as that instance's thread count
+    if not registry.probe("native").available:
+        pytest.skip("native extension not built")
+    be = backend_from_config(PartyConfig(party="guest", backend="native", fallback=["cpu"],
+                                         devices=[1, 2]))
+    assert isinstance(be, MultiDeviceBackend)
+    assert [m.inner.threads for m in be.members] == [1, 2]
+    be.close()
+
+
+def test_a_backend_without_a_selector_refuses_scalar_entries_at_load():
+    from unifl.configs import validate
+    with pytest.raises(ConfigError, match=r"field 'devices\.0': backend 'cpu' has no device selector"):
+        validate(PartyConfig, {"party": "guest", "backend": "cpu", "devices": [0]}, "cfg")
+
+
 class _MontMulOnly(Backend):
     name = "mm_only"
     native_ops = frozenset({"mont_mul"})
@@ -196,6 +213,31 @@ def test_thread_executor_keeps_order_and_raises():
     assert ex.map(lambda x: x * x, list(range(7))) == [x * x for x in range(7)]
     with pytest.raises(ZeroDivisionError):
         ex.map(lambda x: 1 // x, [1, 0, 2])
+    ex.close()
+
+
+def test_thread_executor_raises_only_after_every_piece_ended():
+    # a piece failing fast must not leave a slower one running behind the caller's back, and the
+    # first failure in piece order is the one raised
+    import threading
+    import time
+    ended: list[int] = []
+    lock = threading.Lock()
+
+    def piece(i: int) -> int:
+        if i == 0:
+            raise OperandError("piece 0")
+        if i == 2:
+            raise KeyError("piece 2")
+        time.sleep(0.2)
+        with lock:
+            ended.append(i)
+        return i
+
+    ex = ThreadExecutor(3)
+    with pytest.raises(OperandError, match="piece 0"):
+        ex.map(piece, [0, 1, 2])
+    assert ended == [1]
     ex.close()
 
 

@@ -1,10 +1,9 @@
-"""Configuration: a party's YAML (backend, fallback, devices, network) and a job's YAML, validated on
-load.  Example files for every backend ship beside this module (``example_path('host_qat')``)."""
+"""Configuration: a party's YAML (backend, fallback, devices, network), validated on load; a job's
+YAML is validated by ``unifl.app.params`` with the algorithms it names.  Example files for every
+backend ship beside this module (``example_path('host_qat')``)."""
 
-from .load import EXAMPLES_DIR, example_path, load_job, load_party, resolve, validate
-from .schema import (ALGORITHMS, DATASETS, KNOWN_BACKENDS, ROLES, JobConfig, NetworkSection,
-                     PartyConfig, TlsSection)
+from .load import EXAMPLES_DIR, example_path, load_party, read_yaml, resolve, validate
+from .schema import ROLES, NetworkSection, PartyConfig, TlsSection, backend_names
 
-__all__ = ["PartyConfig", "JobConfig", "NetworkSection", "TlsSection", "load_party", "load_job",
-           "validate", "resolve", "example_path", "EXAMPLES_DIR", "ROLES", "KNOWN_BACKENDS",
-           "ALGORITHMS", "DATASETS"]
+__all__ = ["PartyConfig", "NetworkSection", "TlsSection", "load_party", "read_yaml",
+           "validate", "resolve", "example_path", "EXAMPLES_DIR", "ROLES", "backend_names"]

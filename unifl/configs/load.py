@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..core.errors import ConfigError
-from .schema import JobConfig, PartyConfig
+from .schema import PartyConfig
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
 #: most nodes a YAML file may expand to once aliases are followed: a "billion laughs" file of a few
@@ -88,9 +88,10 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int | None], where: Path) ->
     """Nodes ``node`` stands for once aliases are followed (memoised: linear in the file)."""
     key = id(node)
     if key in memo:
-        if memo[key] is None:
+        known = memo[key]
+        if known is None:
             raise ConfigError(f"{where}: a YAML alias refers to itself (recursive structure)")
-        return memo[key]
+        return known
     memo[key] = None
     size = 1
     if isinstance(node.value, list):          # sequence: nodes; mapping: (key, value) pairs
@@ -137,17 +138,16 @@ def _read(path: str | os.PathLike) -> tuple[Path, Any]:
         raise ConfigError(f"{p}: cannot read: {exc}") from None
 
 
+def read_yaml(path: str | os.PathLike) -> tuple[Path, Any]:
+    """The file ``path`` resolves to (:func:`resolve`) and its parsed YAML (None when empty),
+    within the size and depth bounds above; ConfigError naming the file otherwise.  The job
+    loader of :mod:`unifl.app.params` reads job files through it."""
+    return _read(path)
+
+
 def load_party(path: str | os.PathLike, **overrides: Any) -> PartyConfig:
     """A party's YAML, validated; ``overrides`` replace top-level fields before validation."""
     p, data = _read(path)
     if isinstance(data, dict):
         data.update(overrides)
     return validate(PartyConfig, data, str(p))
-
-
-def load_job(path: str | os.PathLike, **overrides: Any) -> JobConfig:
-    """A job YAML, validated."""
-    p, data = _read(path)
-    if isinstance(data, dict):
-        data.update(overrides)
-    return validate(JobConfig, data, str(p))

@@ -1,8 +1,13 @@
-"""The two YAML schemas of a run: a party's hardware and network (:class:`PartyConfig`, DESIGN.md §5)
-and the job every party runs (:class:`JobConfig`, the ``job`` dict of ``unifl.app.jobs.run_job``).
+"""The YAML schema of a party's hardware and network (:class:`PartyConfig`, DESIGN.md §5).  The job
+every party runs has its schema with the algorithms it names (``unifl.app.params.JobConfig``).
 
 Every model forbids unknown keys, so a typo is an error that names the field instead of a setting
 silently ignored.  Loading (with the file name in every error) is in :mod:`unifl.configs.load`.
+
+The party schema is assembled from the backend registry when a config is validated: each registered
+backend (built-in folder or plug-in) may have one section named after it, checked by that backend's
+own options model (``Backend.options_model``, the same model its constructor parses), and the
+backend names a config uses are checked against the registry.  Nothing here names a backend.
 """
 
 from __future__ import annotations
@@ -11,22 +16,24 @@ import ipaddress
 import re
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError,
+                      ValidatorFunctionWrapHandler, field_validator, model_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from ..core import registry
+from ..core.errors import BackendUnavailable, ConfigError
+from ..core.options import BackendOptions, BackendOptionsError
 
 ROLES = ("guest", "host", "arbiter")
-#: Backends a config may name even when this checkout lacks them: they are then skipped at run time
-#: with the reason (fallback), not rejected at load time -- a config is portable between machines.
-KNOWN_BACKENDS = ("cpu", "native", "gpu", "qat", "fpga")
-ALGORITHMS = ("psi", "vlr", "vlinr", "hlr", "secureboost", "psi+vlr", "psi+vlinr")
-DATASETS = ("breast", "motor", "default_credit")
 
 Role = Literal["guest", "host", "arbiter"]
 
 
 def backend_names() -> list[str]:
-    """Backend names a config accepts: the known ones plus any registered (plug-in) backend."""
-    from ..core import registry
-    return sorted(set(KNOWN_BACKENDS) | set(registry.names()))
+    """Backend names a config accepts: every registered backend (built-in folders and plug-ins),
+    available on this machine or not -- one that is not is skipped at run time with the reason
+    (fallback), so a config stays portable between machines."""
+    return registry.names()
 
 
 def _check_backend(value: str, allow_auto: bool) -> str:
@@ -41,61 +48,21 @@ class _Section(BaseModel):
 
 
 class EncodingSection(_Section):
-    """Fixed-point encoding: floats are scaled by 2^scale_bits before encryption.  Both parties
-    must use the same scale (it is part of the protocol), and the FL algorithms use the SDK's
-    default, so another value is refused rather than silently ignored."""
-    scale_bits: int = Field(24, ge=1, le=128)
+    """Fixed-point encoding: reals travel encrypted as round(x·2^scale_bits).  Unset (null), every
+    algorithm encodes at its own default (vertical LR/LinR and SecureBoost's gradients 24,
+    horizontal LR 40); set, it replaces that default in every job this party runs, and a job
+    whose ``params.scale_bits`` says otherwise is refused.  The scale is part of the protocol:
+    the parties of a job compare theirs at job start (``unifl.app.params.check_peer_scale``)."""
+    scale_bits: Optional[int] = Field(None, ge=1)
 
     @field_validator("scale_bits")
     @classmethod
-    def _scale(cls, v: int) -> int:
-        from ..phe_sdk.encoding import DEFAULT_SCALE_BITS
-        if v != DEFAULT_SCALE_BITS:
-            raise ValueError(f"the FL algorithms encode at scale_bits={DEFAULT_SCALE_BITS} (the "
-                             f"scale is part of the protocol both parties run); got {v}")
+    def _scale(cls, v: Optional[int]) -> Optional[int]:
+        from ..phe_sdk.encoding import MAX_SCALE_BITS
+        if v is not None and v > MAX_SCALE_BITS:
+            raise ValueError(f"scale_bits must be at most {MAX_SCALE_BITS} (2^-{MAX_SCALE_BITS} "
+                             f"is the finest step of a float64); got {v}")
         return v
-
-
-class FpgaSection(_Section):
-    """Options of the ``fpga`` backend (see unifl/backends/fpga/__init__.py)."""
-    binary: Optional[str] = None          # prebuilt .aocx / .xclbin; None builds the OpenCL source
-    platform: Optional[str] = None        # substring of the OpenCL platform name
-    device: Optional[str] = None          # substring of the OpenCL device name
-    engines: int = Field(16, ge=1)        # processing elements per launch
-    mode: Optional[Literal["montmul", "modexp"]] = None   # None: env UNIFL_FPGA_MODE, else montmul
-    chunk: Optional[int] = Field(None, ge=1)          # rows per transfer
-    in_flight: Optional[int] = Field(None, ge=1)      # ring slots / queues
-    local_size: Optional[int] = Field(None, ge=1)     # OpenCL work-group size
-    build_options: Optional[str] = None               # extra OpenCL compiler flags
-    window: Optional[int] = Field(None, ge=1, le=8)   # on-device ModExp window (mode: modexp)
-
-
-class QatSection(_Section):
-    """Options of the ``qat`` backend (see unifl/backends/qat/__init__.py)."""
-    library: Optional[str] = None         # path/soname of libqat, or "simulator"; None = default
-    instances: Union[Literal["all"], int] = Field("all")   # "all" or how many crypto instances
-    max_in_flight: int = Field(96, ge=1)  # outstanding requests per instance (HE-QAT: 96)
-    cpu_share: float = Field(0.0, ge=0.0, lt=1.0)   # fraction of ModExps run on the CPU beside it
-    simulator: Optional[bool] = None      # allow the simulator when no card (None: env / yes)
-    section: Optional[str] = None         # process section of the QAT config file (default SSL)
-    matmul_on_qat: bool = False           # Alg. 7 multi-exponentiation on the card
-
-    @field_validator("instances")
-    @classmethod
-    def _instances(cls, v):
-        if v != "all" and (isinstance(v, bool) or v < 1):
-            raise ValueError(f"instances must be 'all' or a positive integer, got {v!r}")
-        return v
-
-
-class GpuSection(_Section):
-    """Options of the ``gpu`` backend: which CUDA devices."""
-    devices: Union[Literal["all"], list[int]] = "all"
-
-
-class NativeSection(_Section):
-    """Options of the ``native`` backend: worker threads (None = one per hardware thread)."""
-    threads: Optional[int] = Field(None, ge=1)
 
 
 class TlsSection(_Section):
@@ -191,27 +158,134 @@ class NetworkSection(_Section):
                 "Configure network.tls (mutual TLS) for real data.")
 
 
-DeviceEntry = Union[int, str, dict[str, Any]]
+#: a device entry: a scalar for the backend's selector, or a mapping of options (strict scalars:
+#: ``true`` or ``1.0`` must not quietly become device 1)
+DeviceEntry = Union[StrictInt, StrictStr, dict[str, Any]]
+
+
+def _error(loc: tuple, message: str, value: Any) -> InitErrorDetails:
+    """One field error at ``loc`` for a ValidationError (``load`` prints the message as is)."""
+    loc = tuple(x if isinstance(x, (str, int)) and not isinstance(x, bool) else repr(x)
+                for x in loc)
+    # the message is a literal, not a template: braces in it (a YAML mapping) stay as they are
+    return InitErrorDetails(type=PydanticCustomError("unifl_config", "{message}",
+                                                     {"message": message}),
+                            loc=loc, input=value)
+
+
+def _option_errors(loc: tuple, exc: BackendOptionsError) -> list[InitErrorDetails]:
+    """A backend options model's problems as field errors under ``loc`` (``<backend>.<option>``)."""
+    out = []
+    for p in exc.problems:
+        message = p.message.replace("unknown option", "unknown field", 1) if p.unknown \
+            else p.message
+        out.append(_error(loc + (p.option,), message, p.value))
+    return out
 
 
 class PartyConfig(_Section):
     """One party's YAML (DESIGN.md §5).  ``devices``: ``all`` = one backend instance using every
     device it sees; a list = one instance per entry, batches split across them least-loaded first.
-    An entry is a scalar device selector (fpga/gpu: ``device``, qat: ``instances``, native:
-    ``threads``) or a mapping of option overrides, optionally with ``backend:`` naming another
-    backend (a heterogeneous set such as ``[{backend: cpu}, {backend: native, threads: 1}]``)."""
+    An entry is a scalar that the backend's device selector turns into options
+    (``Backend.select_device``: a device name, a thread or instance count) or a mapping of option
+    overrides, optionally with ``backend:`` naming another backend (a heterogeneous set).
+
+    Besides the fields below, a config may hold one section per registered backend, named after it
+    and checked by that backend's options model: its options for that backend
+    (:meth:`backend_options`).  The defaults of ``backend`` and ``fallback`` are the registry's
+    chain of backends that need no special hardware."""
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
     party: Role
-    backend: str = "native"
-    fallback: list[str] = Field(default_factory=lambda: ["native", "cpu"])
+    backend: str = Field(default_factory=lambda: registry.DEFAULT_CHAIN[0])
+    fallback: list[str] = Field(default_factory=lambda: list(registry.DEFAULT_CHAIN))
     devices: Union[Literal["all"], list[DeviceEntry]] = "all"
     executor: Literal["threads", "serial"] = "threads"
     key_bits: int = Field(2048, ge=1024, le=8192)
-    encoding: EncodingSection = Field(default_factory=EncodingSection)
-    fpga: FpgaSection = Field(default_factory=FpgaSection)
-    qat: QatSection = Field(default_factory=QatSection)
-    gpu: GpuSection = Field(default_factory=GpuSection)
-    native: NativeSection = Field(default_factory=NativeSection)
-    network: NetworkSection = Field(default_factory=NetworkSection)
+    encoding: EncodingSection = Field(default_factory=lambda: EncodingSection.model_validate({}))
+    network: NetworkSection = Field(default_factory=lambda: NetworkSection.model_validate({}))
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _assemble(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> "PartyConfig":
+        """Split the backend sections off the party's own fields, check each with its backend's
+        model, then the fields, then the device entries against the backends they configure.  The
+        errors of one stage are reported together, each at its field."""
+        if not isinstance(data, dict):
+            return handler(data)
+        fields = {k: v for k, v in data.items() if k in cls.model_fields}
+        errors: list[InitErrorDetails] = []
+        sections: dict[str, dict[str, Any]] = {}
+        registered = registry.names()
+        for key, value in data.items():
+            if key in cls.model_fields:
+                continue
+            if key not in registered:
+                errors.append(_error((key,), "unknown field (neither a party setting nor a "
+                                     f"registered backend; backends: {', '.join(registered)})",
+                                     value))
+                continue
+            if not isinstance(value, dict):
+                errors.append(_error((key,), f"the options of backend {key!r} must be a mapping",
+                                     value))
+                continue
+            try:
+                model = registry.options_model(key)
+            except BackendUnavailable:
+                # registered but not importable here (a broken plug-in): it is skipped at run time
+                # with that reason, so its section cannot matter on this machine
+                sections[key] = {str(k): v for k, v in value.items()}
+                continue
+            try:
+                parsed = model.parse(value, backend=key)
+            except BackendOptionsError as exc:
+                errors.extend(_option_errors((key,), exc))
+                continue
+            sections[key] = {k: getattr(parsed, k) for k in value}     # as the model read them
+        try:
+            cfg = handler({**fields, **sections})
+        except ValidationError as exc:
+            if not errors:
+                raise
+            errors += [InitErrorDetails(type=PydanticCustomError(e["type"], e["msg"]),
+                                        loc=e["loc"], input=e["input"]) for e in exc.errors()]
+        if not errors:
+            errors = cfg._device_errors()
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return cfg
+
+    def _device_errors(self) -> list[InitErrorDetails]:
+        """Each listed device entry as the options its backend will be started with: a scalar
+        through the backend's device selector, merged over the backend's section."""
+        if not isinstance(self.devices, list):
+            return []
+        errors = []
+        for i, entry in enumerate(self.devices):
+            name = self.backend
+            if isinstance(entry, dict):
+                name = str(entry.get("backend", name))
+                overrides = {k: v for k, v in entry.items() if k != "backend"}
+            elif name == "auto":
+                continue            # the selector of the backend auto picks applies at run time
+            else:
+                try:
+                    overrides = registry.backend_class(name).select_device(entry)
+                except BackendUnavailable:
+                    continue        # not importable here: skipped at run time with the reason
+                except ConfigError as exc:
+                    errors.append(_error(("devices", i), str(exc), entry))
+                    continue
+            if name == "auto":
+                continue
+            try:
+                registry.options_model(name).parse({**self.backend_options(name), **overrides},
+                                                   backend=name)
+            except BackendUnavailable:
+                continue
+            except BackendOptionsError as exc:
+                errors.extend(_option_errors(("devices", i), exc))
+        return errors
 
     @field_validator("backend")
     @classmethod
@@ -225,15 +299,23 @@ class PartyConfig(_Section):
             _check_backend(name, allow_auto=False)
         return v
 
-    @field_validator("devices")
+    @field_validator("devices", mode="before")
     @classmethod
-    def _devices(cls, v):
-        if isinstance(v, list):
-            if not v:
-                raise ValueError("devices must be 'all' or a non-empty list")
-            for entry in v:
-                if isinstance(entry, dict) and "backend" in entry:
+    def _devices(cls, v: Any) -> Any:
+        # checked here, before the union, so an error names the entry instead of every union arm
+        if v == "all":
+            return v
+        if not isinstance(v, list) or not v:
+            raise ValueError("devices must be 'all' or a non-empty list")
+        for i, entry in enumerate(v):
+            if isinstance(entry, dict):
+                if not all(isinstance(k, str) for k in entry):
+                    raise ValueError(f"devices[{i}]: option names must be strings")
+                if "backend" in entry:
                     _check_backend(str(entry["backend"]), allow_auto=False)
+            elif isinstance(entry, bool) or not isinstance(entry, (int, str)):
+                raise ValueError(f"devices[{i}] must be a device selector (an integer or a "
+                                 f"string) or a mapping of options, got {entry!r}")
         return v
 
     @model_validator(mode="after")
@@ -243,40 +325,12 @@ class PartyConfig(_Section):
         return self
 
     def backend_options(self, name: str) -> dict[str, Any]:
-        """Keyword options for backend ``name`` from its section (unset values left to the backend)."""
-        section = getattr(self, name, None)
-        if not isinstance(section, _Section):
-            return {}
-        return {k: v for k, v in section.model_dump().items() if v is not None}
+        """The options this config gives backend ``name`` (its section, as its model read them;
+        the model's defaults supply the rest): keyword arguments for the backend's constructor."""
+        return dict((self.model_extra or {}).get(name) or {})
 
+    def options(self, name: str) -> BackendOptions:
+        """Backend ``name``'s full options under this config: its section over the model's
+        defaults.  BackendUnavailable when the backend cannot be imported here."""
+        return registry.options_model(name).parse(self.backend_options(name), backend=name)
 
-class JobConfig(_Section):
-    """A job YAML: what every party runs (``unifl.app.jobs.run_job``'s ``job`` dict)."""
-    job_id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    algorithm: Literal["psi", "vlr", "vlinr", "hlr", "secureboost", "psi+vlr", "psi+vlinr"]
-    dataset: str = "breast"               # breast | motor | default_credit, or a path
-    parties: list[Role] = Field(default_factory=lambda: ["guest", "host"])
-    seed: int = 0
-    key_bits: int = Field(2048, ge=1024, le=8192)
-    params: dict[str, Any] = Field(default_factory=dict)
-    #: the job continues after a party restarted: its peers accept the restarted party's new
-    #: session; otherwise a second session from a party is refused (no replay into a new run)
-    resume: bool = False
-
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, v: str) -> str:
-        if v not in DATASETS and "/" not in v and not v.endswith(".csv"):
-            raise ValueError(f"unknown dataset {v!r}; allowed: {', '.join(DATASETS)} or a path")
-        return v
-
-    @field_validator("parties")
-    @classmethod
-    def _parties(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v) or not {"guest", "host"} <= set(v):
-            raise ValueError("parties must list guest and host once each (arbiter optional)")
-        return v
-
-    def to_job(self) -> dict[str, Any]:
-        """The plain dict ``run_job`` takes (``resume`` is for the transport, not the algorithm)."""
-        return self.model_dump(exclude={"resume"})

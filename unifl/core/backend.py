@@ -4,8 +4,10 @@ natively (SecretFlow-HEU style).
 A backend implements natively a subset of the ops of :mod:`unifl.core.contract`, each as a method
 ``op_<name>``, and lists them in ``native_ops``; everything else is composed by the layer that owns the
 op, on the same backend.  Only ``mont_mul`` (the base op) is mandatory.  A backend declares its
-options as a pydantic model (``options_model``, checked by the party schema, unknown keys refused),
-and keeps per-key and per-modulus state in ``self.state`` (:class:`unifl.core.state.DeviceState`).
+options as a model (``options_model``, a :class:`unifl.core.options.BackendOptions` dataclass that
+both its constructor and the party schema parse, unknown names refused), how a scalar entry of a
+party's ``devices:`` list selects one of its devices (``select_device``), and keeps per-key and
+per-modulus state in ``self.state`` (:class:`unifl.core.state.DeviceState`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .contract import OPS
+from .errors import ConfigError
+from .options import BackendOptions
 from .state import DeviceState
 
 __all__ = ["Backend", "ProbeResult", "OPS"]
@@ -38,11 +42,12 @@ class Backend:
 
     name: ClassVar[str] = "abstract"
     native_ops: ClassVar[frozenset[str]] = frozenset()
+    #: every option this backend takes, with its default and checks (the empty model: none)
+    options_model: ClassVar[type[BackendOptions]] = BackendOptions
 
-    def __init__(self, **unknown: Any) -> None:
-        if unknown:
-            from .errors import ConfigError
-            raise ConfigError(f"backend {self.name!r}: unknown option(s) {', '.join(sorted(unknown))}")
+    def __init__(self, **options: Any) -> None:
+        #: this instance's options, parsed by ``options_model`` (an unknown or bad one: ConfigError)
+        self.options: BackendOptions = self.options_model.parse(options, backend=self.name)
         self.probe_result: ProbeResult | None = None
         #: state this instance derived from keys and moduli (weakly keyed by them)
         self.state = DeviceState()
@@ -53,6 +58,17 @@ class Backend:
         """Answer whether this backend can run here (cheap, cached by the registry)."""
         return ProbeResult(True, "always available")
 
+    @classmethod
+    def select_device(cls, value: Any) -> dict[str, Any]:
+        """The options that make one instance use the device a scalar entry of a party's
+        ``devices:`` list names (``devices: [0, 1]``: one instance per entry).  The result is
+        merged over the backend's section and parsed by ``options_model``, so a selector only maps
+        and leaves validation to the model.  A backend without an override has no device
+        selector: a scalar entry is a ConfigError, and mappings of options select instead."""
+        raise ConfigError(f"backend {cls.name!r} has no device selector, so the scalar entry "
+                          f"{value!r} of devices cannot choose one of its devices; give a mapping "
+                          f"of its options instead, e.g. {{backend: {cls.name}}}")
+
     def implements(self, op: str) -> bool:
         """True when ``op`` runs natively on this backend (else the generic composition is used)."""
         return op in self.native_ops
@@ -61,7 +77,7 @@ class Backend:
     def devices(self) -> list[str]:
         return self.probe_result.devices if self.probe_result else []
 
-    def own_batch(self, x) -> Any:
+    def own_batch(self, x: Any) -> Any:
         """``x`` in the form this backend's ``op_*`` take: a contiguous ``uint64`` host array here.
         A backend that keeps results in device memory (``unifl.core.limbs.DeviceBatch``) overrides this
         to pass its own batches through untouched; the layers call it instead of converting, so they

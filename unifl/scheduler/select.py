@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core import registry
 from ..core.backend import Backend
@@ -29,15 +29,10 @@ from .executor import make_executor
 from .fallback import FallbackChain
 from .multi import MultiDeviceBackend
 
-log = logging.getLogger("unifl.scheduler")
+if TYPE_CHECKING:
+    from ..configs import PartyConfig
 
-#: how a scalar entry of ``devices:`` selects a device, per backend (the option it sets)
-DEVICE_SELECTORS: dict[str, Callable[[Any], dict]] = {
-    "fpga": lambda v: {"device": str(v)},
-    "gpu": lambda v: {"devices": [int(v)]},
-    "qat": lambda v: {"instances": v},
-    "native": lambda v: {"threads": int(v)},
-}
+log = logging.getLogger("unifl.scheduler")
 
 
 def self_test(backend: Backend, bits: int = 2048) -> None:
@@ -55,7 +50,7 @@ def self_test(backend: Backend, bits: int = 2048) -> None:
                                  "(wrong MontMult result)")
 
 
-def start(name: str, options: dict, fresh: bool = False) -> Backend:
+def start(name: str, options: dict[str, Any], fresh: bool = False) -> Backend:
     """An instance of backend ``name`` that passed its self-test; BackendUnavailable (with the
     reason) otherwise.  ``fresh``: a new instance even without options (one per listed device;
     otherwise the registry's shared instance is used)."""
@@ -76,33 +71,43 @@ def start(name: str, options: dict, fresh: bool = False) -> Backend:
     return inst
 
 
-def device_entries(cfg, name: str, primary: bool) -> list[tuple[str, dict, str | None]]:
-    """(backend, options, label) per device instance; ``devices: all`` (or a fallback) = one."""
+def device_entries(cfg: PartyConfig, name: str,
+                   primary: bool) -> list[tuple[str, dict[str, Any], str | None]]:
+    """(backend, options, label) per device instance; ``devices: all`` (or a fallback) = one.
+
+    A mapping entry is option overrides (``backend:`` picks another backend); a scalar entry is
+    turned into options by the backend's own device selector (``Backend.select_device``).  Either
+    is merged over the backend's section of the config.  BackendUnavailable when ``name`` cannot
+    be imported here (so its selector is unknown); ConfigError when it has no selector."""
     if cfg.devices == "all" or not primary:
         return [(name, cfg.backend_options(name), None)]
-    out = []
+    out: list[tuple[str, dict[str, Any], str | None]] = []
     for i, entry in enumerate(cfg.devices):
         if isinstance(entry, dict):
             extra = dict(entry)
             b = str(extra.pop("backend", name))
-            out.append((b, {**cfg.backend_options(b), **extra}, f"#{i}"))
-            continue
-        sel = DEVICE_SELECTORS.get(name)
-        if sel is None:
-            raise ConfigError(f"field 'devices[{i}]': backend {name!r} has no device selector; "
-                              f"give a mapping of options, e.g. {{backend: {name}}}")
-        out.append((name, {**cfg.backend_options(name), **sel(entry)}, f"#{i}"))
+        else:
+            b = name
+            try:
+                extra = registry.backend_class(name).select_device(entry)
+            except ConfigError as exc:
+                raise ConfigError(f"field 'devices[{i}]': {exc}") from None
+        out.append((b, {**cfg.backend_options(b), **extra}, f"#{i}"))
     return out
 
 
-def _rank_auto(cfg, events: list[dict]) -> tuple[list[str], list[tuple[str, float]]]:
+def _rank_auto(cfg: PartyConfig,
+               events: list[dict[str, str]]) -> tuple[list[str], list[tuple[str, float]]]:
     ranking = []
     for name in registry.names():
         if not registry.probe(name).available:
             continue
         opts = cfg.backend_options(name)
+
+        def starter(n: str = name, o: dict[str, Any] = opts) -> Backend:
+            return start(n, o)
         try:
-            secs = calibrated_seconds(name, opts, lambda n=name, o=opts: start(n, o))
+            secs = calibrated_seconds(name, opts, starter)
         except BackendUnavailable as exc:
             events.append({"backend": name, "reason": str(exc)})
             log.warning("auto: skipping backend %r: %s", name, exc)
@@ -113,7 +118,7 @@ def _rank_auto(cfg, events: list[dict]) -> tuple[list[str], list[tuple[str, floa
     return [n for n, _ in ranking], ranking
 
 
-def _start_fallback(cfg, name: str) -> CountingBackend:
+def _start_fallback(cfg: PartyConfig, name: str) -> CountingBackend:
     """A later link of the chain, started when the one before it failed mid-run (one instance:
     ``devices`` applies to the primary backend only, as at start)."""
     (b, opts, _), = device_entries(cfg, name, primary=False)
@@ -121,14 +126,14 @@ def _start_fallback(cfg, name: str) -> CountingBackend:
     return CountingBackend(inst, device=", ".join(inst.devices) or b)
 
 
-def backend_from_config(cfg) -> Backend:
+def backend_from_config(cfg: PartyConfig) -> CountingBackend | MultiDeviceBackend:
     """The Backend for party config ``cfg`` (a :class:`unifl.configs.PartyConfig`).
 
     The result counts and times every op per backend and device (``.report()``), and says what was
     chosen and why in ``.selection``: requested, chosen, fallback_events [{backend, reason}],
     ranking (auto only), devices, runtime_fallbacks (the re-runs after a failure mid-run, see
     :class:`~unifl.scheduler.fallback.FallbackChain`)."""
-    events: list[dict] = []
+    events: list[dict[str, str]] = []
     ranking = None
     if cfg.backend == "auto":
         ranked, ranking = _rank_auto(cfg, events)
@@ -137,7 +142,13 @@ def backend_from_config(cfg) -> Backend:
         chain = [cfg.backend] + [f for f in cfg.fallback if f != cfg.backend]
     for pos, name in enumerate(chain):
         members = []
-        for b, opts, label in device_entries(cfg, name, primary=(pos == 0)):
+        try:
+            entries = device_entries(cfg, name, primary=(pos == 0))
+        except BackendUnavailable as exc:      # cannot even be imported here: the next candidate
+            events.append({"backend": name, "reason": str(exc)})
+            log.warning("backend %r not used: %s", name, exc)
+            entries = []
+        for b, opts, label in entries:
             try:
                 inst = start(b, opts, fresh=label is not None)
             except BackendUnavailable as exc:
@@ -151,8 +162,9 @@ def backend_from_config(cfg) -> Backend:
             if pos + 1 < len(chain):
                 log.warning("falling back from %r to %r", name, chain[pos + 1])
             continue
+        result: CountingBackend | MultiDeviceBackend
         if len(members) == 1:
-            result: Backend = members[0]
+            result = members[0]
         else:
             result = MultiDeviceBackend(members, make_executor(cfg.executor, len(members)))
         chain_rest = FallbackChain(result, chain[pos + 1:],

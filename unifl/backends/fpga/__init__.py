@@ -9,16 +9,19 @@ only ``mont_mul``.
 Beyond UniFL, ``mode="modexp"`` adds the FLASH-style on-device exponentiation loop: ``mont_exp`` is
 then native, and one ModExp is one kernel launch instead of ~1.2·bits MontMult launches.
 
-Options (the ``fpga:`` section of a party's YAML arrives here as keyword arguments):
+One instance drives one OpenCL device; several cards are several instances, and a batch is split
+across them only by the scheduler's multi-device wrapper.  What an instance derives from a
+Montgomery context (the modulus constants uploaded to its device) is kept in its own ``self.state``,
+weakly keyed by the context, never on the context itself: two instances never share a device
+buffer, and the buffer goes when the context does.  An OpenCL call that fails mid-run raises
+:class:`~unifl.backends.fpga.runtime.FpgaDeviceError` (a :class:`~unifl.core.errors.DeviceError`
+naming the device and the call), which the scheduler's fallback chain takes over.
 
-* ``platform`` / ``device``: substrings of the OpenCL platform / device names (default: the first
-  non-PoCL device, else PoCL); env ``UNIFL_FPGA_PLATFORM`` / ``UNIFL_FPGA_DEVICE`` when not given;
-* ``binary``: a prebuilt ``.aocx`` / ``.xclbin`` / program binary holding ``montmul_L<n>`` kernels
-  (built from ``kernels/all_sizes.cl``); ``None`` builds ``montmul.cl`` from source per limb count;
-* ``engines``: processing elements (work-items) per launch; ``mode``: ``"montmul"`` | ``"modexp"``
-  (env ``UNIFL_FPGA_MODE`` when not given);
-* ``chunk`` (rows per transfer), ``in_flight`` (ring slots / queues), ``local_size``,
-  ``build_options`` (extra OpenCL compiler flags), ``window`` (ModExp window, default by length).
+Options: :class:`unifl.backends.fpga.options.FpgaOptions` (``platform``, ``device``, ``binary``,
+``engines``, ``mode``, ``chunk``, ``in_flight``, ``local_size``, ``build_options``, ``window``), the
+one model that both the constructor and the ``fpga:`` section of a party's YAML are checked by.  A
+``binary`` holds ``montmul_L<n>`` kernels built from ``kernels/all_sizes.cl``.  A scalar entry of a
+party's ``devices:`` list is a substring of an instance's OpenCL device name.
 """
 
 from __future__ import annotations
@@ -31,8 +34,7 @@ import numpy as np
 from ...core.montgomery import MontContext
 from ...core.errors import BackendUnavailable, ConfigError
 from ...core.backend import Backend, ProbeResult
-
-MODES = ("montmul", "modexp")
+from .options import MODES, FpgaOptions
 
 
 def _exp_bits(exps: np.ndarray) -> int:
@@ -49,29 +51,35 @@ class FpgaBackend(Backend):
     #: class-level declaration (what every fpga instance runs natively); an instance in
     #: ``mode="modexp"`` adds ``mont_exp`` (see __init__), which ``implements()`` reads.
     native_ops = frozenset({"mont_mul"})
+    options_model = FpgaOptions
+    options: FpgaOptions
 
-    def __init__(self, platform: str | None = None, device: str | None = None,
-                 binary: str | None = None, engines: int = 16, mode: str | None = None,
-                 chunk: int = 4096, in_flight: int = 3, local_size: int | None = 1,
-                 build_options: str = "", window: int | None = None, **options: Any) -> None:
+    def __init__(self, **options: Any) -> None:
+        """``options``: see :class:`~unifl.backends.fpga.options.FpgaOptions`."""
         super().__init__(**options)
-        mode = mode or os.environ.get("UNIFL_FPGA_MODE") or "montmul"
+        opts = self.options
+        # the environment fills in what the options leave open; it is checked like an option
+        mode = opts.mode or os.environ.get("UNIFL_FPGA_MODE") or "montmul"
         if mode not in MODES:
-            raise ConfigError(f"fpga.mode must be one of {MODES}, got {mode!r}")
-        if int(engines) < 1:
-            raise ConfigError(f"fpga.engines must be >= 1, got {engines!r}")
-        if window is not None and not 1 <= int(window) <= 8:
-            raise ConfigError(f"fpga.window must be in 1..8, got {window!r}")
+            raise ConfigError(f"fpga mode (env UNIFL_FPGA_MODE) must be one of {MODES}, "
+                              f"got {mode!r}")
         from .runtime import ClRuntime
         self.mode = mode
-        self.window = None if window is None else int(window)
+        self.window = opts.window
         self.native_ops = frozenset({"mont_mul", "mont_exp"} if mode == "modexp"
                                     else {"mont_mul"})
         self.runtime = ClRuntime(
-            platform=platform or os.environ.get("UNIFL_FPGA_PLATFORM") or None,
-            device=device or os.environ.get("UNIFL_FPGA_DEVICE") or None,
-            binary=binary, engines=engines, chunk=chunk, in_flight=in_flight,
-            local_size=local_size, build_options=build_options)
+            platform=opts.platform or os.environ.get("UNIFL_FPGA_PLATFORM") or None,
+            device=opts.device or os.environ.get("UNIFL_FPGA_DEVICE") or None,
+            binary=opts.binary, engines=opts.engines, chunk=opts.chunk,
+            in_flight=opts.in_flight, local_size=opts.local_size,
+            build_options=opts.build_options)
+
+    @classmethod
+    def select_device(cls, value: Any) -> dict[str, Any]:
+        """A scalar entry of ``devices:`` is a substring of that instance's OpenCL device name
+        (``devices: [card0, card1]``: one instance per card)."""
+        return {"device": value}
         # the state key includes the runtime's identity: two instances never share device buffers
 
     @classmethod

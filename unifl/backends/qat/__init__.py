@@ -18,7 +18,16 @@ QAT's only big-number primitive is ModExp, so this backend runs natively:
   by the SDK from ``mod_exp`` mod p² and q², so its exponentiations run on QAT too.
 
 Every request the device fails (or cannot take: operands over 8192 bits) is recomputed on the CPU;
-results are bit-identical to ``cpu``.
+results are bit-identical to ``cpu``.  A driver call that fails on the session itself (a submission
+refused, pinned memory exhausted, a session closed and not reopenable) raises
+:class:`~unifl.backends.qat.runtime.QatError`, a :class:`~unifl.core.errors.DeviceError` naming the
+library, configuration section and call, and the scheduler's fallback chain takes the batch over.
+
+State: the driver session is one per process (qatlib's rule, :mod:`unifl.backends.qat.runtime`);
+what an instance derives from a modulus (R³ mod m for the pipeline's ModMult) is kept in its own
+``self.state``, weakly keyed by the Montgomery context; its CPU side is a private ``native``
+instance with state of its own.  Batches are split across QAT endpoints only by the scheduler's
+multi-device wrapper; inside one session the driver hands each request to the next free instance.
 
 Secret exponents (``mod_exp_secret``: Paillier CRT decryption, the key owner's obfuscators, RSA
 signing) run through the same pipeline, but every part of them computed on the host -- the
@@ -29,13 +38,10 @@ implementation (cpaCyLnModExp); we make no timing claim for it, nor for our simu
 Where no QAT library is installed, our simulator library (``src/qat_sim.cpp``, same C ABI) is
 loaded instead, and the probe, ``describe()`` and every report say "QAT simulator".
 
-Options (the ``qat:`` section of a party's YAML arrives here as keyword arguments):
-``library`` (path/soname of libqat, or ``"simulator"``; env ``UNIFL_QAT_LIBRARY``), ``instances``
-(``"all"`` or how many crypto instances to use), ``max_in_flight`` (outstanding requests, default
-96 as in HE-QAT), ``cpu_share`` (fraction in [0, 1) of ModExps on the CPU), ``simulator`` (allow
-the simulator fallback; env ``UNIFL_QAT_SIMULATOR=0`` forbids it), ``section`` (the process
-section of the QAT configuration file, default ``SSL``; env ``UNIFL_QAT_SECTION``),
-``matmul_on_qat`` (Alg. 7 for the multi-exponentiation, default False).
+Options: :class:`unifl.backends.qat.options.QatOptions` (``library``, ``instances``,
+``max_in_flight``, ``cpu_share``, ``simulator``, ``section``, ``matmul_on_qat``), the one model that
+both the constructor and the ``qat:`` section of a party's YAML are checked by.  A scalar entry of a
+party's ``devices:`` list is an instance's ``instances``.
 """
 
 from __future__ import annotations
@@ -46,9 +52,10 @@ import numpy as np
 
 from ...core.limbs import to_limbs
 from ...core.montgomery import MontContext
-from ...core.errors import BackendUnavailable, ConfigError
+from ...core.errors import BackendUnavailable
 from ...core.backend import Backend, ProbeResult
 from . import runtime
+from .options import QatOptions
 
 
 class QatBackend(Backend):
@@ -56,28 +63,18 @@ class QatBackend(Backend):
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
                             "mont_multi_exp", "mont_prod_groups", "paillier_encrypt"})
 
-    def __init__(self, library: str | None = None, instances: int | str = "all",
-                 max_in_flight: int = 96, cpu_share: float = 0.0, simulator: bool | None = None,
-                 section: str | None = None, matmul_on_qat: bool = False, **options: Any) -> None:
+    options_model = QatOptions
+    options: QatOptions
+
+    def __init__(self, **options: Any) -> None:
+        """``options``: see :class:`~unifl.backends.qat.options.QatOptions`."""
         super().__init__(**options)
-        if instances in (None, "all"):
-            self.instances = 0
-        elif isinstance(instances, int) and not isinstance(instances, bool) and instances >= 1:
-            self.instances = instances
-        else:
-            raise ConfigError(f"qat.instances must be 'all' or a positive integer, got {instances!r}")
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise ConfigError(f"qat.max_in_flight must be a positive integer, got {max_in_flight!r}")
-        try:
-            share = float(cpu_share)
-        except (TypeError, ValueError):
-            share = -1.0
-        if not 0.0 <= share < 1.0:
-            raise ConfigError(f"qat.cpu_share must lie in [0, 1), got {cpu_share!r}")
-        self.max_in_flight = max_in_flight
-        self.matmul_on_qat = bool(matmul_on_qat)
-        self.cpu_share = share
-        self._library, self._simulator, self._section = library, simulator, section
+        opts = self.options
+        self.instances = 0 if opts.instances == "all" else int(opts.instances)   # 0: every one
+        self.max_in_flight = opts.max_in_flight
+        self.matmul_on_qat = opts.matmul_on_qat
+        self.cpu_share = opts.cpu_share
+        self._library, self._simulator, self._section = opts.library, opts.simulator, opts.section
         from ...core import registry
         if not registry.probe("native").available:
             raise BackendUnavailable("backend 'qat' needs the 'native' backend for its CPU-side "
@@ -94,6 +91,12 @@ class QatBackend(Backend):
             self._devices = self._devices[:self.instances]
 
     # ---- registration-time description
+    @classmethod
+    def select_device(cls, value: Any) -> dict[str, Any]:
+        """A scalar entry of ``devices:`` is how many crypto instances that backend instance uses
+        ('all' or a count)."""
+        return {"instances": value}
+
     @classmethod
     def probe(cls) -> ProbeResult:
         if runtime._qat is None:
@@ -132,6 +135,10 @@ class QatBackend(Backend):
         return out
 
     # ---- CPU side (QAT has no MontMult / ModMult)
+    #: the private ``native`` instance made in __init__ that serves it (typed loosely: its op_*
+    #: methods are the op contract's, which the Backend base class does not declare)
+    cpu: Any
+
     def op_mont_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.cpu.op_mont_mul(ctx, a, b)
 
@@ -174,7 +181,7 @@ class _ConstTimeCpu:
     """The native backend as the pipeline's CPU side for secret exponents: ``op_mod_exp`` is the
     constant-time ``op_mod_exp_secret``; everything else is the native backend's."""
 
-    def __init__(self, native: Backend) -> None:
+    def __init__(self, native: Any) -> None:
         self._native = native
 
     def op_mod_exp(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:

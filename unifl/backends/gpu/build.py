@@ -1,0 +1,139 @@
+"""Build step of the ``gpu`` backend, run by setup.py (which finds every
+``unifl/backends/<name>/build.py`` and loads it from its path, before unifl itself is importable;
+so this file imports only the standard library, setuptools and pybind11).
+
+1. The host harness ``unifl.backends.gpu._gpu_host``: the CUDA kernel bodies compiled by the
+   ordinary C++ compiler (always built; no nvcc, no GPU), so the tests check them on the CPU.
+2. ``libunifl_gpu.so``: the CUDA kernels and runtime, compiled by nvcc after the extensions when one
+   is found (env ``NVCC``, then ``$CUDA_HOME/bin/nvcc``, then the pip package nvidia-cuda-nvcc of
+   this Python -- the pinned 13.0 of requirements-cuda.txt / the ``[cuda]`` extra --, then PATH)
+   for sm_80 and sm_90 (SASS for both, PTX for compute_90), every warning an error.  Without nvcc
+   the build goes on and says why; the reason is recorded in ``_build_info.json`` beside the
+   library for the gpu backend's probe.  ``UNIFL_NO_CUDA=1`` skips it;
+   ``UNIFL_REQUIRE_CUDA_BUILD=1`` makes a missing nvcc or a failed compile fatal (CI).
+   ``CGBN_INCLUDE_DIR=<CGBN>/include`` adds the optional CGBN variant (docs/gpu.md).
+
+The library is rebuilt only when a kernel source or this file is newer than it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+ARCH_FLAGS = ["-gencode", "arch=compute_80,code=sm_80",
+              "-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
+LIBRARY = "libunifl_gpu.so"
+BUILD_INFO = "_build_info.json"
+
+
+def extensions(ctx: Any) -> list[Any]:
+    """The host harness (the kernel bodies under g++)."""
+    from pybind11.setup_helpers import Pybind11Extension
+
+    src = os.path.join(ctx.folder, "src")
+    return [Pybind11Extension(
+        f"{ctx.package}._gpu_host",
+        [os.path.join(src, "gpu_host.cpp")],
+        # the kernel bodies it runs live in the headers: a change there must rebuild it
+        depends=sorted(glob.glob(os.path.join(src, "*.cuh"))),
+        include_dirs=[src],
+        cxx_std=17,
+        extra_compile_args=["-O2", "-Wall", "-Wextra"],
+    )]
+
+
+def package_data(ctx: Any) -> list[str]:
+    """The kernel sources, the nvcc-built library and the record of how it was (not) built."""
+    return ["src/*", LIBRARY, BUILD_INFO]
+
+
+def extras_require(ctx: Any) -> dict[str, list[str]]:
+    """``pip install unifl[cuda]``: the pinned nvcc toolchain from pip (no system CUDA needed)."""
+    return {"cuda": ["nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88",
+                     "nvidia-cuda-crt==13.0.88", "nvidia-cuda-runtime==13.0.96"]}
+
+
+def after_build_ext(ctx: Any, out_dir: str) -> None:
+    """Compile the CUDA library into ``out_dir`` (the source folder for in-place and editable
+    builds, else the build tree) and record the outcome in ``_build_info.json``."""
+    _build_cuda(ctx.folder, out_dir)
+
+
+def _find_nvcc() -> tuple[str | None, str]:
+    """(path, how it was found) of nvcc, or (None, why not)."""
+    if os.environ.get("NVCC"):
+        return os.environ["NVCC"], "env NVCC"
+    home_nvcc = os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "nvcc")
+    if os.environ.get("CUDA_HOME") and os.path.exists(home_nvcc):
+        return home_nvcc, "CUDA_HOME"
+    try:
+        import nvidia  # the pip CUDA wheels' namespace package
+        for root in nvidia.__path__:
+            cand = os.path.join(root, "cu13", "bin", "nvcc")
+            if os.path.exists(cand):
+                return cand, "pip package nvidia-cuda-nvcc"
+    except ImportError:
+        pass
+    found = shutil.which("nvcc")
+    if found:
+        return found, "PATH"
+    return None, ("nvcc not found at build time (pip install -r requirements-cuda.txt, "
+                  "or set NVCC/CUDA_HOME)")
+
+
+def _build_cuda(folder: str, out_dir: str) -> None:
+    info: dict[str, Any] = {"built": False}
+    nvcc, how = (None, "UNIFL_NO_CUDA=1 at build time") if os.environ.get("UNIFL_NO_CUDA") == "1" \
+        else _find_nvcc()
+    target = os.path.join(out_dir, LIBRARY)
+    src = os.path.join(folder, "src")
+    if nvcc is None:
+        info["reason"] = how
+        if os.path.exists(target):  # a stale library from an earlier build would contradict it
+            os.remove(target)
+    else:
+        root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        # this file holds the flags: a change to it rebuilds the library like a source change
+        srcs = sorted(glob.glob(os.path.join(src, "*.cuh")) + glob.glob(os.path.join(src, "*.cu")))
+        srcs.append(os.path.abspath(__file__))
+        fresh = os.path.exists(target) and all(
+            os.path.getmtime(target) >= os.path.getmtime(s) for s in srcs)
+        lib_dirs = [os.path.join(root, d) for d in ("lib", "lib64")
+                    if os.path.isdir(os.path.join(root, d))]
+        cmd = [nvcc, "-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC",
+               "-Xcompiler", "-Wall,-Werror", "-Werror", "all-warnings", *ARCH_FLAGS,
+               f"-I{src}", *[f"-L{d}" for d in lib_dirs],
+               os.path.join(src, "gpu_runtime.cu"), "-o", target]
+        if os.environ.get("CGBN_INCLUDE_DIR"):
+            cmd[1:1] = [f"-I{os.environ['CGBN_INCLUDE_DIR']}", "-DUNIFL_WITH_CGBN=1"]
+        info.update(nvcc=nvcc, found_by=how, command=" ".join(cmd))
+        try:
+            info["nvcc_version"] = subprocess.run(
+                [nvcc, "--version"], capture_output=True, text=True,
+                check=True).stdout.strip().splitlines()[-1]
+            if not fresh:
+                print(f"unifl gpu: compiling CUDA kernels with {nvcc} ({how}) for sm_80, sm_90")
+                res = subprocess.run(cmd, capture_output=True, text=True)
+                if res.returncode != 0:
+                    if os.path.exists(target):
+                        os.remove(target)
+                    raise RuntimeError(f"nvcc failed ({res.returncode}):\n{res.stdout}{res.stderr}")
+            info["built"] = True
+            info["reason"] = f"built by {how}"
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            info["reason"] = f"CUDA compile failed: {exc}"
+            if os.path.exists(target):   # the record says "not built": no library may say otherwise
+                os.remove(target)
+    with open(os.path.join(out_dir, BUILD_INFO), "w", encoding="utf-8") as fh:
+        json.dump(info, fh, indent=1)
+    if not info["built"]:
+        print(f"unifl gpu: CUDA kernels not built: {info['reason']}", file=sys.stderr)
+        if os.environ.get("UNIFL_REQUIRE_CUDA_BUILD") == "1":
+            raise SystemExit("UNIFL_REQUIRE_CUDA_BUILD=1 but the CUDA kernels were not built: "
+                             + info["reason"])

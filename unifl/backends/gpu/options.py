@@ -1,0 +1,26 @@
+"""Options of the ``gpu`` backend: one definition, parsed by ``GpuBackend(**options)`` and by a
+party's ``gpu:`` YAML section alike (:class:`unifl.core.options.BackendOptions`).
+
+One instance drives one CUDA device (``device``); a party that lists several devices gets one
+instance per device, and the scheduler's multi-device backend is the one policy that splits a batch
+over them (``unifl.scheduler.multi``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ...core.options import BackendOptions, option
+
+
+@dataclass(frozen=True)
+class GpuOptions(BackendOptions):
+    """Which CUDA device the backend runs on, and which ModExp kernel."""
+
+    device: int = option(0, "the CUDA device index this instance runs on (one device per "
+                            "instance; the scheduler splits batches over several instances)", ge=0)
+
+    cgbn: Optional[bool] = option(
+        None, "the optional CGBN ModExp (a CGBN build only, docs/gpu.md); null: env "
+              "UNIFL_GPU_CGBN=1")
