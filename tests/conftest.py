@@ -18,7 +18,7 @@ from unifl.core import registry
 
 FULL = os.environ.get("UNIFL_FULL") == "1"
 
-# gpu backend (issue 4): its CUDA kernel bodies compiled by the host C++ compiler and run on the CPU,
+# gpu backend: its CUDA kernel bodies compiled by the host C++ compiler and run on the CPU,
 # registered here (test-only) so the equivalence harness checks them like any backend.  The real
 # `gpu` backend probes unavailable without a CUDA driver/device and is never impersonated.
 from unifl.backends.gpu.host import GpuHostBackend  # noqa: E402

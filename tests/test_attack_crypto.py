@@ -67,7 +67,7 @@ def _leaks_factor(sk: paillier.PrivateKey, c: int) -> bool:
     return math.gcd(c, sk.public_key.n) != 1
 
 
-# ----------------------------------------------------------------------- item 1: first line
+# ----------------------------------------------------------------------- first line
 @pytest.mark.parametrize("factor", ["p", "q", "n"])
 def test_frame_with_nonunit_refused_by_serialize(keys, factor):
     pk, sk = keys
@@ -137,7 +137,7 @@ def test_two_offenders_whose_product_is_zero_mod_n(keys):
         pk.check_ciphertexts([pk.raw_encrypt([1])[0], _nonunit(sk, "p"), _nonunit(sk, "q")])
 
 
-# ----------------------------------------------------------------------- item 1: second line
+# ----------------------------------------------------------------------- second line
 @pytest.mark.parametrize("name", AVAILABLE)
 @pytest.mark.parametrize("factor", ["p", "q", "n"])
 def test_decryption_itself_refuses_nonunit(keys, name, factor):
@@ -157,7 +157,7 @@ def test_decryption_itself_refuses_nonunit(keys, name, factor):
     assert base_op.from_limbs(paillier.decrypt_limbs(be, sk, ok)) == [11, 12]
 
 
-# ----------------------------------------------------------------------- item 10: key limits
+# ----------------------------------------------------------------------- key limits
 @pytest.fixture
 def no_primality(monkeypatch):
     """Any primality/squareness test during the call is a failure: limits must come first."""
@@ -237,7 +237,7 @@ def test_key_json_malformed_integers_refused(n):
         serialize.key_from_json(_json(kind="paillier.public", n=n))
 
 
-# ----------------------------------------------------------------------- item 10: frame shapes
+# ----------------------------------------------------------------------- frame shapes
 def _frame(pk: paillier.PublicKey, shape, payload: bytes, ndim: int | None = None,
            scale: int = 0) -> bytes:
     """A well-formed (correct magic, version, fingerprint, CRC) frame with a chosen shape."""
@@ -302,7 +302,7 @@ def test_codec_array_honest_round_trip():
         assert out.shape == np.shape(arr) and np.array_equal(out, arr)
 
 
-# ----------------------------------------------------------------------- item 8: RSA faults
+# ----------------------------------------------------------------------- RSA faults
 def _fault_p_half(monkeypatch, sk: rsa.PrivateKey) -> None:
     """A faulty device: the private ModExp mod p comes back with its lowest bit flipped.  (The
     private op uses the secret-exponent ModExp where the SDK has one; only that one is faulted, so

@@ -47,7 +47,7 @@ def _rows(ctx, n: int, seed: int = 1) -> np.ndarray:
     return to_limbs(vals, ctx.num_limbs)
 
 
-# ---------------------------------------------------------------- item 11: native entry points
+# ---------------------------------------------------------------- native entry points
 @pytest.fixture(scope="module")
 def mod1024():
     ctx = mont_context(M1024)
@@ -168,7 +168,7 @@ def test_gpu_host_harness_checks_arrays_and_key_blobs():
         _gpu_host.paillier_decrypt(keys.ctx_blob(ctx), c, False, 1)   # a context is no key
 
 
-# ---------------------------------------------------------------- item 1: the fused decryptions
+# ---------------------------------------------------------------- the fused decryptions
 def _hostile_ciphertexts(pk, sk) -> list[int]:
     """Non-units mod n² a malicious peer could send: multiples of p, of q, of n, and 0."""
     honest = pk.raw_encrypt([42])[0]
@@ -209,7 +209,7 @@ def test_gpu_kernel_sentinel_row_reaches_the_host_code():
         assert (out[1] == np.uint64(0xFFFFFFFFFFFFFFFF)).all()
 
 
-# ---------------------------------------------------------------- item 11: DJN table ownership
+# ---------------------------------------------------------------- DJN table ownership
 def test_fixed_base_table_built_once_under_concurrent_first_use(monkeypatch):
     # Eight threads hit a fresh key's fixed base at once on one backend instance: the (slow) table
     # build must happen once.  State belongs to the instance: another instance builds its own.
@@ -251,7 +251,7 @@ def test_fixed_base_table_built_once_under_concurrent_first_use(monkeypatch):
     assert len(builds) == 2
 
 
-# ---------------------------------------------------------------- item 12: secret exponents
+# ---------------------------------------------------------------- secret exponents
 class _Spy:
     """Wraps a callable and records the exponent argument of every call."""
 
@@ -269,15 +269,18 @@ def _secrets_of(sk) -> set[int]:
     if isinstance(sk, rsa.PrivateKey):
         out |= {sk.dp, sk.dq, sk.d}
     else:
-        out |= {sk.public_key.n % (sk.p * (sk.p - 1)), sk.public_key.n % (sk.q * (sk.q - 1))}
+        out |= {sk.public_key.n % (sk.p * (sk.p - 1)), sk.public_key.n % (sk.q * (sk.q - 1)),
+                sk.q % (sk.p - 1), sk.p % (sk.q - 1)}
     return out
 
 
 class _NativeGenericDecrypt(NativeBackend):
-    """native without its fused decryption: the generic CRT path (what a fallback runs)."""
+    """native without its fused key-owner ops: the generic CRT paths (what a fallback runs), whose
+    secret exponentiations must still reach OpenSSL's constant-time code."""
 
     name = "native-generic"
-    native_ops = NativeBackend.native_ops - {"paillier_decrypt"}
+    native_ops = NativeBackend.native_ops - {"paillier_decrypt", "paillier_encrypt_owner",
+                                             "paillier_encrypt_owner_fixed_base"}
 
 
 def test_native_secret_exponents_go_through_openssl_consttime(monkeypatch):

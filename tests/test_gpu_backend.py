@@ -9,12 +9,14 @@ import json
 import os
 import secrets
 
+import numpy as np
 import pytest
 
 from unifl.mod_op import ints
 import unifl
 from unifl.core import registry
 from unifl.backends.gpu import runtime
+from unifl.base_op import from_limbs
 from unifl.core.errors import BackendUnavailable
 
 from .conftest import paillier_keypair, random_odd_modulus
@@ -72,6 +74,34 @@ def test_cuda_library_was_built():
     runtime.load_library()                                    # and it links/loads
 
 
+def test_device_option_is_an_index_checked_by_the_model():
+    from unifl.backends.gpu import GpuBackend
+    from unifl.backends.gpu.options import GpuOptions
+    from unifl.core.errors import ConfigError
+    assert GpuOptions.parse({}, backend="gpu").device == 0
+    assert GpuOptions.parse({"device": 3}, backend="gpu").device == 3
+    for bad in (-1, "0", 1.0, True):
+        with pytest.raises(ConfigError, match="device"):
+            GpuOptions.parse({"device": bad}, backend="gpu")
+    assert GpuBackend.select_device(2) == {"device": 2}
+    with pytest.raises(ConfigError, match="CUDA device index"):
+        GpuBackend.select_device("cuda:1")
+
+
+@pytest.mark.skipif(not os.path.exists(runtime.library_path()),
+                    reason="CUDA library not built here")
+def test_cuda_failures_are_device_errors():
+    """A CUDA error code from the library is a DeviceError (the fallback chain hands the batch on);
+    a size the kernels are not built for is the caller's OperandError."""
+    from unifl.core.errors import DeviceError, OperandError
+    lib = runtime.load_library()
+    with pytest.raises(DeviceError, match="CUDA error 700"):
+        runtime._check(lib, 700)
+    with pytest.raises(OperandError):
+        runtime._check(lib, runtime.ERR_SIZE)
+    runtime._check(lib, 0)
+
+
 # ------------------------------------------------------------------ on a real device (marked gpu)
 @pytest.mark.gpu
 @needs_gpu
@@ -99,3 +129,39 @@ def test_device_paillier(bits):
     c = pk.raw_encrypt(ms, backend=gpu, r_values=rs)
     assert c == pk.raw_encrypt(ms, backend=cpu, r_values=rs)
     assert sk.raw_decrypt(c, backend=gpu) == ms
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("bits", [1024, 2048])
+def test_device_owner_encryption_is_one_launch_per_batch(bits):
+    """The fused key-owner encryption on the device: bit-identical to native, and per batch (within
+    one wave) 1 kernel launch, 1 upload, no download -- the composed path it replaces took 5
+    launches, 4 uploads and 2 downloads."""
+    from unifl.phe_sdk import paillier as P
+    gpu, native = unifl.backend("gpu"), unifl.backend("native")
+    pk, sk = paillier_keypair(bits)
+    mat = sk.material
+    n = 4096
+    m = pk.plaintext_limbs([secrets.randbelow(pk.n) for _ in range(n)])
+    yp = P._random_limbs(n, sk.p.bit_length(), sk.p)
+    yq = P._random_limbs(n, sk.q.bit_length(), sk.q)
+    gpu.op_paillier_encrypt_owner(mat, m[:2], yp[:2], yq[:2])          # the key blob uploaded
+    before = gpu.engine.counters()
+    c = gpu.op_paillier_encrypt_owner(mat, m, yp, yq)
+    after = gpu.engine.counters()
+    assert {k: after[k] - before[k] for k in before} == {"launches": 1, "uploads": 1,
+                                                        "downloads": 0}
+    assert np.array_equal(np.asarray(c), native.op_paillier_encrypt_owner(mat, m, yp, yq))
+    assert from_limbs(P.decrypt_limbs(gpu, sk, c)[:5]) == from_limbs(m[:5])
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_one_device_per_instance():
+    from unifl.backends.gpu import GpuBackend
+    from unifl.core.errors import ConfigError
+    count = len(GPU.devices)
+    assert GpuBackend(device=0).devices[0].startswith("cuda:0")
+    with pytest.raises(ConfigError, match="device"):
+        GpuBackend(device=count)

@@ -21,9 +21,9 @@ from unifl import base_op, mod_op
 from unifl.core import registry
 from unifl.backends.gpu import keys
 from unifl.backends.gpu.host import GpuHostBackend, _gpu_host
-from unifl.base_op import from_limbs, mont_context, mont_mul_ref
+from unifl.base_op import from_limbs, mont_context, mont_mul_ref, to_limbs
 from unifl.core.errors import OperandError
-from unifl.phe_sdk import EncryptedArray
+from unifl.phe_sdk import EncryptedArray, paillier
 
 from .conftest import paillier_keypair, random_odd_modulus
 
@@ -125,6 +125,22 @@ def test_fused_paillier_encrypt_matches_python_paillier(kern, cpu, bits):
     # the fused kernel itself returns Montgomery form mod n²
     c_mont = kern.op_paillier_encrypt(pk.material, pk.plaintext_limbs(ms), pk.n_ctx.to_limbs(rs))
     assert from_limbs(base_op.from_mont(cpu, pk.nsquare_ctx, c_mont)) == got
+
+
+@pytest.mark.parametrize("bits", [1024, 2048])
+def test_fused_owner_encrypt_matches_the_composition(kern, cpu, bits):
+    """The key-owner kernel (both CRT halves, Garner's combine, the finish) against the generic
+    composition on cpu, for the same y_p, y_q; and its ciphertexts decrypt."""
+    pk, sk = paillier_keypair(bits)
+    mat = sk.material
+    ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(5)]
+    yp = to_limbs([1, sk.p - 1] + [secrets.randbelow(sk.p - 1) + 1 for _ in range(6)], mat.p_limbs)
+    yq = to_limbs([sk.q - 1, 1] + [secrets.randbelow(sk.q - 1) + 1 for _ in range(6)], mat.q_limbs)
+    m = pk.plaintext_limbs(ms)
+    got = kern.op_paillier_encrypt_owner(mat, m, yp, yq)
+    assert np.array_equal(np.asarray(got), np.asarray(paillier.paillier_encrypt_owner(cpu, mat, m,
+                                                                                      yp, yq)))
+    assert from_limbs(paillier.decrypt_limbs(kern, sk, got)) == ms
 
 
 def test_crt_decrypt_of_foreign_ciphertexts(kern):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import unifl
 from unifl import base_op
-from unifl.base_op import from_limbs
+from unifl.base_op import from_limbs, to_limbs
 from unifl.phe_sdk import paillier as P
 from unifl.phe_sdk.array import EncryptedArray, histogram
 
@@ -175,7 +175,6 @@ def test_key_owner_half_exponent_obfuscation_is_r_to_the_n():
     """The key owner's fresh obfuscators y_p^p mod p², y_q^q mod q² (CRT) are r^n mod n² for the r
     with r ≡ y_p^(q^-1 mod p−1) (mod p) and likewise mod q: the identity r^n mod p² = (r^q mod p)^p
     mod p² that makes their distribution exactly that of r^n."""
-    from unifl.phe_sdk.paillier import _crt_combine
     pk, sk = paillier_keypair(1024)
     p, q = sk.p, sk.q
     assert sk.half_exponent_obfuscation
@@ -183,15 +182,44 @@ def test_key_owner_half_exponent_obfuscation_is_r_to_the_n():
         r = secrets.randbelow(pk.n - 2) + 2
         assert pow(r, pk.n, p * p) == pow(pow(r, q, p), p, p * p)
         assert pow(r, pk.n, q * q) == pow(pow(r, p, q), q, q * q)
-    # the same y on two backends gives the same factor, and it equals r^n mod n² for r built by CRT
+    # the same y on two backends gives the same ciphertext of 0 (the factor itself, Montgomery
+    # form), and it equals r^n mod n² for r built by CRT
     yp, yq = secrets.randbelow(p - 1) + 1, secrets.randbelow(q - 1) + 1
+    mat = sk.material
+    zero = pk.plaintext_limbs([0])
     outs = {}
     for name in ("cpu", "native"):
         be = unifl.backend(name)
-        f = _crt_combine(be, sk, [(sk.psquare_ctx, [yp], p), (sk.qsquare_ctx, [yq], q)])
+        f = P.paillier_encrypt_owner(be, mat, zero, to_limbs([yp], mat.p_limbs),
+                                     to_limbs([yq], mat.q_limbs))
         outs[name] = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, f))[0]
     assert outs["cpu"] == outs["native"]
     rp = pow(yp, pow(q, -1, p - 1), p)          # r mod p with r^q ≡ y_p
     rq = pow(yq, pow(p, -1, q - 1), q)
     r = rq + q * ((rp - rq) * pow(q, -1, p) % p)
     assert outs["cpu"] == pow(r, pk.n, pk.nsquare)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_key_owner_fixed_base_goes_through_the_crt(name):
+    """With the DJN base on, the key owner's encryptions use the half-size CRT combs, and the
+    public holder's the full-size one: the same ciphertexts for the same exponents a."""
+    _, sk0 = paillier_keypair(1024)
+    sk = P.PrivateKey(sk0.p, sk0.q)
+    pk = sk.public_key
+    be = unifl.backend(name)
+    pk.enable_fixed_base(window=5, backend=be)
+    ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(5)]
+    m = pk.plaintext_limbs(ms)
+    a = P._random_limbs(len(ms), pk.fixed_base.exp_bits)
+    owner = P.paillier_encrypt_owner_fixed_base(be, sk.material, m, a)
+    public = P.paillier_encrypt_fixed_base(be, pk.material, m, a)
+    assert np.array_equal(np.asarray(owner), np.asarray(public))
+    hs = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, pk.fixed_base.hs_mont[None, :]))[0]
+    want = [(1 + x * pk.n) * pow(hs, e, pk.nsquare) % pk.nsquare for x, e in zip(ms, from_limbs(a))]
+    assert from_limbs(base_op.from_mont(be, pk.nsquare_ctx, owner)) == want
+    # through the SDK: the owner's fresh fixed-base ciphertexts decrypt, and differ from each other
+    c = sk.raw_encrypt(ms, backend=be)
+    assert len(set(c)) == len(c) and sk.raw_decrypt(c, backend=be) == ms
+    x = np.array([0.5, -2.25, 7.0])
+    assert np.allclose(EncryptedArray.encrypt(pk, x, private_key=sk, backend=be).decrypt(sk), x)

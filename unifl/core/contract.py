@@ -78,17 +78,28 @@ class OpContract(Protocol):
         """(1 + m·n)·hs^a mod n², Montgomery form (DJN variant); a (N, La)."""
         ...
 
-    def op_paillier_encrypt_owner(self, sk: PaillierPrivateMaterial, m: Limbs, yp: np.ndarray,
-                                  yq: np.ndarray) -> Limbs:
+    def op_paillier_encrypt_owner(self, sk: PaillierPrivateMaterial, m: Limbs, yp: Limbs,
+                                  yq: Limbs) -> Limbs:
         """Key-owner encryption with the CRT, Montgomery form mod n²:
-        (1 + m·n)·CRT(yp^p mod p², yq^q mod q²) mod n², yp in [1, p) (N, Lp), yq in [1, q) (N, Lq).
-        The exponents p and q are secret: constant-time exponentiation where the backend has it."""
+        (1 + m·n)·CRT(yp^p mod p², yq^q mod q²) mod n²; m (N, Ln), yp (N, Lp), yq (N, Lq), with
+        Lp, Lq the limb counts of p and q (``sk.p_limbs``, ``sk.q_limbs``).
+
+        CRT(x_p, x_q) is the x < n² with x ≡ x_p (mod p²), x ≡ x_q (mod q²).  The SDK draws yp
+        uniform in [1, p) and yq in [1, q), which makes the factor distributed exactly as r^n mod n²
+        for r uniform in Z_n* (see ``unifl.phe_sdk.paillier``); for an explicit r it passes
+        yp = r^q mod p, yq = r^p mod q, and the result is (1 + m·n)·r^n mod n².  Since x^p mod p²
+        depends only on x mod p, every value of the limb width has one defined result, identical on
+        every backend.  The exponents p and q are secret: constant-time exponentiation where the
+        backend has it."""
         ...
 
     def op_paillier_encrypt_owner_fixed_base(self, sk: PaillierPrivateMaterial, m: Limbs,
                                              a: np.ndarray) -> Limbs:
-        """Key-owner DJN encryption with the CRT: (1 + m·n)·CRT(hs^a mod p², hs^a mod q²) mod n²,
-        from comb tables of hs mod p² and mod q² (half-size moduli); a (N, La)."""
+        """Key-owner DJN encryption with the CRT, Montgomery form mod n²:
+        (1 + m·n)·CRT(hs^a mod p², hs^a mod q²) mod n² = (1 + m·n)·hs^a mod n², with hs the fixed
+        base of ``sk.public_key.fixed_base`` and a (N, La) of at most its ``exp_bits`` bits.
+        Computed from comb tables of hs mod p² and hs mod q² (half-size moduli, so a quarter of
+        the cost per multiplication of the full-size comb), built once per key record."""
         ...
 
     def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:

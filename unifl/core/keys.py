@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .limbs import limb_count
 from .montgomery import MontContext
 
 
@@ -40,7 +41,9 @@ class PaillierPrivateMaterial:
     """p < q with the CRT constants of decryption and of key-owner encryption.
 
     * ``hp`` = L_p(g^(p−1) mod p²)^−1 mod p (``hq`` likewise), ``q_inverse`` = q^−1 mod p;
-    * ``qsquare_inverse`` = (q²)^−1 mod p² (Garner's constant for x mod n² from x mod p², x mod q²);
+    * ``psquare_inverse`` = (p²)^−1 mod q²: Garner's constant for x mod n² from x_p = x mod p² and
+      x_q = x mod q², x = x_p + p²·((x_q − x_p)·(p²)^−1 mod q²).  This orientation needs no
+      reduction of x_p, since x_p < p² < q² (p < q), whatever the limb counts of p² and q²;
     * ``half_exponent_obfuscation``: gcd(q, p−1) = gcd(p, q−1) = 1, so the key owner may draw
       obfuscators as y_p^p mod p², y_q^q mod q² (see ``paillier_encrypt_owner`` in the op contract).
     """
@@ -53,7 +56,7 @@ class PaillierPrivateMaterial:
     hp: int = field(repr=False)
     hq: int = field(repr=False)
     q_inverse: int = field(repr=False)
-    qsquare_inverse: int = field(repr=False)
+    psquare_inverse: int = field(repr=False)
     half_exponent_obfuscation: bool = True
 
     @property
@@ -63,3 +66,13 @@ class PaillierPrivateMaterial:
     @property
     def qsquare(self) -> int:
         return self.qsquare_ctx.m
+
+    @property
+    def p_limbs(self) -> int:
+        """Limbs of p: the width of the y_p batch of ``paillier_encrypt_owner``."""
+        return limb_count(self.p.bit_length())
+
+    @property
+    def q_limbs(self) -> int:
+        """Limbs of q: the width of the y_q batch of ``paillier_encrypt_owner``."""
+        return limb_count(self.q.bit_length())

@@ -18,15 +18,30 @@ hs = h^n mod n² fixed in the key, h = −y² mod n for random y, and a short ra
 ``exp_bits`` bits (n_bits/2 by default), computed from a precomputed comb table -- an order of
 magnitude fewer multiplications.  Its security rests on the short-exponent assumption of Damgård,
 Jurik and Nielsen (2010); it is a named option, never the default.
+
+The key owner (``private_key=`` in :func:`encrypt_limbs`, ``PrivateKey.raw_encrypt``,
+``EncryptedArray.encrypt``) computes every obfuscation factor with the CRT, mod p² and mod q²:
+
+* fresh       y_p^p mod p², y_q^q mod q², y_p uniform in [1, p), y_q uniform in [1, q), which is
+              distributed exactly as r^n mod n² for r uniform in Z_n* (see
+              :func:`paillier_encrypt_owner`);
+* explicit r  y_p = r^q mod p, y_q = r^p mod q, so the factor is r^n mod n² itself;
+* fixed base  hs^a mod p², hs^a mod q² from comb tables of the half-size moduli;
+
+joined by Garner's formula x = x_p + p²·((x_q − x_p)·(p²)^-1 mod q²), then c = (1 + m·n)·x mod n².
+One fused op of the backend where it has one (``paillier_encrypt_owner``,
+``paillier_encrypt_owner_fixed_base``), else composed on that backend from secret-exponent ModExps
+and MontMults.  Same ciphertexts as the public-key path for the same r or a, on every backend.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
-import dataclasses
+import os
 import threading
-from typing import Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import gmpy2
 import numpy as np
@@ -34,9 +49,11 @@ import numpy as np
 from .. import base_op, mod_op
 from ..base_op import MontContext, from_limbs, mont_context, to_limbs
 from ..core.exponents import window_digits
+from ..core.contract import Limbs, OpContract
 from ..core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
-from ..core.limbs import less_than
-from ..core.errors import InvalidCiphertextError, InvalidKeyError, OperandError, WeakKeyError
+from ..core.limbs import less_than, limb_count
+from ..core.errors import (InvalidCiphertextError, InvalidKeyError, KeyMismatchError, OperandError,
+                           WeakKeyError)
 from ._util import pad_limbs, resolve_backend
 from .primes import check_prime_pair, random_below, random_prime
 
@@ -47,7 +64,9 @@ MIN_KEY_BITS = 1024
 MAX_KEY_BITS = 8192
 
 __all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "MAX_KEY_BITS",
-           "encrypt_limbs", "decrypt_limbs", "require_units"]
+           "encrypt_limbs", "decrypt_limbs", "require_units", "paillier_encrypt",
+           "paillier_encrypt_fixed_base", "paillier_encrypt_owner",
+           "paillier_encrypt_owner_fixed_base", "paillier_decrypt"]
 
 
 #: memory budget of the default DJN comb table (see :meth:`PublicKey.enable_fixed_base`)
@@ -126,7 +145,7 @@ class PublicKey:
         zeros = np.zeros((count, self.n_ctx.num_limbs), np.uint64)
         obf = encrypt_limbs(be, self, zeros, use_pool=False)  # E(0) = r^n
         with self._pool_lock:
-            self._pool.append(obf)
+            self._pool.append(np.asarray(obf))   # consumed in slices on the host
 
     def pool_size(self) -> int:
         with self._pool_lock:
@@ -157,8 +176,9 @@ class PublicKey:
             window: comb digit width; the table holds ceil(exp_bits/window)·(2^window − 1) entries of
                 n²'s size.  Default: the widest of 10, 9 whose table fits in 32 MiB, else 8 --
                 10 at 1024 bits (14 MB), 9 at 2048 bits (30 MB), 8 above.  Each encryption costs
-                ceil(exp_bits/window) MontMults; measured (native, 2048-bit key, per CPU-second)
-                1802/s at w=8, 1984/s at w=9, 2111/s at w=10 (54 MB, judged too large).
+                ceil(exp_bits/window) MontMults mod n² (window choice measured in docs/perf.md).
+                The key owner's CRT variant uses the same window on two tables of half the entry
+                size (mod p², mod q²): the same memory, a quarter of the cost per MontMult.
             exp_bits: length of the random exponent a (default n_bits/2, DJN's recommendation).
         """
         be = resolve_backend(backend)
@@ -198,7 +218,7 @@ class PublicKey:
         c_mont = encrypt_limbs(be, self, m, r=r)
         return from_limbs(base_op.from_mont(be, self.nsquare_ctx, c_mont))
 
-    def ciphertext_limbs(self, ciphertexts: Sequence[int], backend=None) -> np.ndarray:
+    def ciphertext_limbs(self, ciphertexts: Sequence[int], backend=None) -> Limbs:
         """Plain ciphertext ints (each a unit mod n² in [1, n²)) to Montgomery-form limbs.
 
         Raises:
@@ -243,23 +263,29 @@ class PrivateKey:
         self.hp = int(gmpy2.invert((pow(n + 1, p - 1, self.psquare) - 1) // p, p))
         self.hq = int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q))
         self.q_inverse = int(gmpy2.invert(q, p))
-        self.qsquare_inverse = int(gmpy2.invert(self.qsquare, self.psquare))
+        # Garner's constant of the key owner's CRT, x = x_p + p²·((x_q − x_p)·(p²)^-1 mod q²)
+        self.psquare_inverse = int(gmpy2.invert(self.psquare, self.qsquare))
         # gcd(q, p−1) = gcd(p, q−1) = 1 (always for primes of equal size) lets the key owner draw
-        # obfuscation factors with half-length exponents (see _obfuscators_crt_fresh)
+        # obfuscation factors with half-length exponents (see paillier_encrypt_owner)
         self.half_exponent_obfuscation = math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1
         self._material: PaillierPrivateMaterial | None = None
+        self._material_lock = threading.Lock()
 
     @property
     def material(self) -> PaillierPrivateMaterial:
-        """What the fused ops of a backend take (follows the public key's record)."""
-        mat = self._material
-        if mat is None or mat.public_key is not self.public_key.material:
-            mat = self._material = PaillierPrivateMaterial(
-                public_key=self.public_key.material, p=self.p, q=self.q,
-                psquare_ctx=self.psquare_ctx, qsquare_ctx=self.qsquare_ctx, hp=self.hp, hq=self.hq,
-                q_inverse=self.q_inverse, qsquare_inverse=self.qsquare_inverse,
-                half_exponent_obfuscation=self.half_exponent_obfuscation)
-        return mat
+        """What the fused ops of a backend take (follows the public key's record).
+
+        One record per public record, made under a lock: backends key their per-key state (CRT
+        tables, uploaded constants) by the record object, so two threads must not make two."""
+        with self._material_lock:
+            mat = self._material
+            if mat is None or mat.public_key is not self.public_key.material:
+                mat = self._material = PaillierPrivateMaterial(
+                    public_key=self.public_key.material, p=self.p, q=self.q,
+                    psquare_ctx=self.psquare_ctx, qsquare_ctx=self.qsquare_ctx, hp=self.hp,
+                    hq=self.hq, q_inverse=self.q_inverse, psquare_inverse=self.psquare_inverse,
+                    half_exponent_obfuscation=self.half_exponent_obfuscation)
+            return mat
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<paillier.PrivateKey for {self.public_key!r}>"
@@ -272,8 +298,8 @@ class PrivateKey:
 
     def raw_encrypt(self, plaintexts: Sequence[int], backend=None,
                     r_values: Sequence[int] | None = None) -> list[int]:
-        """Encryption by the key owner, r^n computed with the CRT mod p² and q² (exponents reduced
-        mod p(p−1) and q(q−1)); identical to ``public_key.raw_encrypt`` for the same r."""
+        """Encryption by the key owner, with the CRT mod p² and q² (see :func:`encrypt_limbs`);
+        identical to ``public_key.raw_encrypt`` for the same r."""
         be = resolve_backend(backend)
         pk = self.public_key
         m = pk.plaintext_limbs(plaintexts)
@@ -310,10 +336,11 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray") -> N
         if bad.any():
             raise InvalidCiphertextError(f"ciphertext #{int(np.argmax(bad))} is outside [1, n²)")
         # gmpy2's portable binary form of a positive mpz is b"\x01\x01" + little-endian magnitude:
-        # straight from the limb bytes, ~20% less CPU than going through Python ints
+        # straight from the limb bytes, cheaper than going through Python ints (docs/perf.md §4)
         raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
         width, from_binary = 8 * ctx.num_limbs, gmpy2.from_binary
-        values = (from_binary(b"\x01\x01" + raw[i:i + width]) for i in range(0, len(raw), width))
+        values: Iterable[Any] = (from_binary(b"\x01\x01" + raw[i:i + width])
+                                 for i in range(0, len(raw), width))
     else:
         limbs = None
         values = [int(v) for v in ciphertexts]
@@ -349,24 +376,37 @@ def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
 
 
 # ------------------------------------------------------------------------ batched ops on limbs
-def _finish(be, pk: PublicKey, m: np.ndarray, obf_mont: np.ndarray) -> np.ndarray:
-    """c̄ = (1 + m·n)·obf in Montgomery form: MontMult(g^m, obf̄) = g^m·obf, then into the domain."""
+def _ops(be: Any) -> OpContract:
+    """``be`` as the op contract types it (a backend defines the ops it lists in ``native_ops``)."""
+    return cast(OpContract, be)
+
+
+def _finish(be, pk: "PublicKey | PaillierPublicMaterial", m: Limbs, obf_mont: Limbs) -> Limbs:
+    """c̄ = (1 + m·n)·obf in Montgomery form: MontMult(g^m, obf̄) = g^m·obf, then into the
+    domain."""
     ctx = pk.nsquare_ctx
-    gm = to_limbs([1 + x * pk.n for x in from_limbs(m)], ctx.num_limbs)
+    gm = to_limbs([1 + x * pk.n for x in from_limbs(np.asarray(m))], ctx.num_limbs)
     return base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, gm, obf_mont, checked=False))
 
 
 def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = None,
-                  use_pool: bool = True, private_key: "PrivateKey | None" = None) -> np.ndarray:
+                  use_pool: bool = True, private_key: "PrivateKey | None" = None) -> Limbs:
     """Encrypt raw plaintext limbs (N, Ln), each in [0, n), to Montgomery-form ciphertexts (N, L2).
 
     Order of preference: explicit ``r``; the precomputed pool; the fixed-base variant when enabled;
-    fresh r^n (with the CRT when the key owner passes ``private_key``).  Native fused ops are used
-    when the backend has them.
+    fresh obfuscation.  The key owner (``private_key`` given) computes every obfuscation factor
+    with the CRT, mod p² and mod q² (:func:`paillier_encrypt_owner`,
+    :func:`paillier_encrypt_owner_fixed_base`); its ciphertexts are those of the public-key path
+    for the same r (or the same fixed-base exponents a).
+
+    Raises:
+        KeyMismatchError: ``private_key`` is not the key of ``pk``.
     """
     be = resolve_backend(backend)
     ctx = pk.nsquare_ctx
     count = m.shape[0]
+    if private_key is not None and private_key.public_key.n != pk.n:
+        raise KeyMismatchError("private_key does not belong to the public key")
     if count == 0:
         return np.empty((0, ctx.num_limbs), np.uint64)
     if r is None and use_pool:
@@ -374,105 +414,102 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
         if obf is not None:
             return _finish(be, pk, m, obf)
     if r is None and pk.fixed_base is not None:
-        fb = pk.fixed_base
-        a = to_limbs(random_below(1 << fb.exp_bits, count), -(-fb.exp_bits // 64))
-        if be.implements("paillier_encrypt_fixed_base"):
-            return be.op_paillier_encrypt_fixed_base(pk.material, m, a)
-        return _finish(be, pk, m, _fixed_base_obfuscators(be, pk, a))
+        a = _random_limbs(count, pk.fixed_base.exp_bits)
+        # the CRT tables derive from the fixed base of the private key's own public key object;
+        # an equal key object with a fixed base of its own takes the public path
+        if private_key is not None and private_key.public_key.material is pk.material:
+            return paillier_encrypt_owner_fixed_base(be, private_key.material, m, a)
+        return paillier_encrypt_fixed_base(be, pk.material, m, a)
     if private_key is not None:
-        if r is None and private_key.half_exponent_obfuscation:
-            return _finish(be, pk, m, _obfuscators_crt_fresh(be, private_key, count))
-        return _finish(be, pk, m, _obfuscators_crt(be, private_key,
-                                                   pk.random_r(count) if r is None else r))
-    if r is None:
-        r = pk.random_r(count)
+        sk = private_key.material
+        yp: Limbs
+        yq: Limbs
+        if r is None and sk.half_exponent_obfuscation:
+            yp = _random_limbs(count, sk.p.bit_length(), sk.p)
+            yq = _random_limbs(count, sk.q.bit_length(), sk.q)
+        else:
+            yp, yq = _owner_obfuscation_bases(be, sk, pk.random_r(count) if r is None else r)
+        return paillier_encrypt_owner(be, sk, m, yp, yq)
+    return paillier_encrypt(be, pk.material, m, pk.random_r(count) if r is None else r)
+
+
+# ---- the fused Paillier ops of the contract, composed on any backend from key records
+# (each runs the backend's native op when it has it; the scheduler's fallback re-runs a failed op
+# through these with the op's own arguments)
+def paillier_encrypt(backend, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
+    """(1 + m·n)·r^n·R mod n² for m, r (N, Ln): r^n by ModExp in the Montgomery domain."""
+    be = resolve_backend(backend)
     if be.implements("paillier_encrypt"):
-        return be.op_paillier_encrypt(pk.material, m, r)
-    r_mont = base_op.to_mont(be, ctx, pad_limbs(r, ctx.num_limbs))
+        return _ops(be).op_paillier_encrypt(pk, m, r)
+    ctx = pk.nsquare_ctx
+    r_mont = base_op.to_mont(be, ctx, pad_limbs(np.asarray(r, np.uint64), ctx.num_limbs))
     return _finish(be, pk, m, mod_op.mont_exp(be, ctx, r_mont, mod_op.exp_limbs(pk.n)))
 
 
-def _obfuscators_crt(be, sk: "PrivateKey", r: np.ndarray) -> np.ndarray:
-    """r^n mod n² (Montgomery form) for given r, from r^(n mod p(p−1)) mod p² and r^(n mod q(q−1))
-    mod q²: two exponentiations with half-size moduli instead of one full-size one."""
-    pk = sk.public_key
-    rs = from_limbs(r)
-    return _crt_combine(be, sk, [
-        (sq_ctx, [v % sq_ctx.m for v in rs], pk.n % order)
-        for sq_ctx, order in ((sk.psquare_ctx, sk.p * (sk.p - 1)), (sk.qsquare_ctx, sk.q * (sk.q - 1)))])
-
-
-def _obfuscators_crt_fresh(be, sk: "PrivateKey", count: int) -> np.ndarray:
-    """``count`` fresh obfuscation factors for the key owner, distributed exactly as r^n mod n² for r
-    uniform in Z_n*, with half-length exponents: y_p^p mod p² and y_q^q mod q², y_p uniform in
-    [1, p), y_q uniform in [1, q), joined by the CRT.
-
-    Why it is the same distribution: gcd(q, p−1) = 1 for primes of equal size, so r ↦ r^q is a
-    bijection of Z_p*, and x^p mod p² depends only on x mod p.  Hence r^n mod p² = (r^q mod p)^p mod p²
-    is y^p mod p² with y = r^q mod p uniform in Z_p* (and independent of the q side, by the CRT).  The
-    exponents are p and q (n/2 bits) instead of n mod p(p−1) (n bits): half the multiplications of
-    :func:`_obfuscators_crt`.  With the same y this is bit-identical on every backend.
-    """
-    return _crt_combine(be, sk, [(sk.psquare_ctx, random_below(sk.p, count), sk.p),
-                                 (sk.qsquare_ctx, random_below(sk.q, count), sk.q)])
-
-
-def _crt_combine(be, sk: "PrivateKey", halves_spec) -> np.ndarray:
-    """x mod n² (Montgomery form) from x_p = base_p^e_p mod p² and x_q = base_q^e_q mod q² (Garner)."""
-    pk = sk.public_key
-    halves = []
-    for sq_ctx, bases, exponent in halves_spec:
-        x = sq_ctx.to_limbs(bases)
-        # base and exponent derive from p, q: the constant-time op of the backend
-        halves.append(from_limbs(mod_op.mod_exp_secret(be, sq_ctx, x, mod_op.exp_limbs(exponent))))
-    psq, qsq, inv = sk.psquare, sk.qsquare, sk.qsquare_inverse
-    obf = [b + qsq * ((a - b) * inv % psq) for a, b in zip(*halves)]
-    return base_op.to_mont(be, pk.nsquare_ctx, to_limbs(obf, pk.nsquare_ctx.num_limbs))
-
-
-def _fixed_base_table(be, pk: PublicKey) -> np.ndarray:
-    """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key.
-
-    Held by the backend instance, keyed by the key's record: a new fixed base (a new record) never
-    meets an old table, and the build runs once however many threads ask at the same time."""
-    return be.state.get(pk.material, "fixed_base_table", lambda: _build_fixed_base_table(be, pk))
-
-
-def _build_fixed_base_table(be, pk: PublicKey) -> np.ndarray:
-    fb = pk.fixed_base
-    ctx = pk.nsquare_ctx
-    nwin = -(-fb.exp_bits // fb.window)
-    per = (1 << fb.window) - 1
-    table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
-    base = fb.hs_mont[None, :].copy()
-    for j in range(nwin):
-        table[j, 0] = base[0]
-        for d in range(1, per):
-            table[j, d] = base_op.mont_mul(be, ctx, table[j, d - 1:d], base, checked=False)[0]
-        for _ in range(fb.window):
-            base = base_op.mont_mul(be, ctx, base, base, checked=False)
-    return table
-
-
-def _fixed_base_obfuscators(be, pk: PublicKey, a: np.ndarray) -> np.ndarray:
-    """hs^a for each row of ``a``, as a grouped product of comb-table entries (Montgomery form)."""
-    fb = pk.fixed_base
-    table = _fixed_base_table(be, pk)
-    nwin = table.shape[0]
-    digits = window_digits(a, fb.window, nwin)[::-1]          # (nwin, N), least significant first
-    j_idx, rows = np.nonzero(digits)
-    entries = table[j_idx, digits[j_idx, rows] - 1]
-    return mod_op.mont_prod_groups(be, pk.nsquare_ctx, entries, rows, a.shape[0])
-
-
-def decrypt_limbs(backend, sk: PrivateKey, c_mont: np.ndarray) -> np.ndarray:
-    """Decrypt Montgomery-form ciphertexts (N, L2) to plaintext limbs (N, Ln) with the CRT."""
+def paillier_encrypt_fixed_base(backend, pk: PaillierPublicMaterial, m: Limbs,
+                                a: np.ndarray) -> Limbs:
+    """(1 + m·n)·hs^a·R mod n² (DJN), hs^a from the full-size comb table of the record's base."""
     be = resolve_backend(backend)
-    pk = sk.public_key
-    if c_mont.shape[0] == 0:
-        return np.empty((0, pk.n_ctx.num_limbs), np.uint64)
+    if be.implements("paillier_encrypt_fixed_base"):
+        return _ops(be).op_paillier_encrypt_fixed_base(pk, m, a)
+    fb = _require_fixed_base(pk)
+    table = _fixed_base_table(be, pk)
+    return _finish(be, pk, m, _comb_power(be, pk.nsquare_ctx, table, fb.window, a))
+
+
+def paillier_encrypt_owner(backend, sk: PaillierPrivateMaterial, m: Limbs, yp: Limbs,
+                           yq: Limbs) -> Limbs:
+    """Key-owner encryption with the CRT: c̄ = (1 + m·n)·CRT(yp^p mod p², yq^q mod q²)·R mod n².
+
+    Why this is an encryption under a uniform r: x^p mod p² depends only on x mod p, so
+    r^n mod p² = (r^q mod p)^p mod p², and as gcd(q, p−1) = 1 (always for primes of equal size),
+    r ↦ r^q mod p is a bijection of Z_p*: for r uniform in Z_n*, y_p = r^q mod p is uniform in
+    [1, p), and independent of y_q = r^p mod q by the CRT.  Drawing y_p, y_q uniformly is drawing
+    r uniformly, with exponents p and q of n/2 bits on moduli of n bits: an eighth of the work of
+    r^n mod n² (exponent n, modulus n²), a quarter of r^(n mod p(p−1)) mod p² and mod q².
+
+    One native call / one kernel launch where the backend fuses it; otherwise composed here on the
+    same backend: two secret-exponent ModExps (constant time where the backend has them) and the
+    combine of :func:`_owner_combine`.
+    """
+    be = resolve_backend(backend)
+    if be.implements("paillier_encrypt_owner"):
+        return _ops(be).op_paillier_encrypt_owner(sk, m, yp, yq)
+    p2, q2 = sk.psquare_ctx, sk.qsquare_ctx
+    xp = mod_op.mod_exp_secret(be, p2, pad_limbs(np.asarray(yp, np.uint64), p2.num_limbs),
+                               mod_op.exp_limbs(sk.p))
+    xq = mod_op.mod_exp_secret(be, q2, pad_limbs(np.asarray(yq, np.uint64), q2.num_limbs),
+                               mod_op.exp_limbs(sk.q))
+    return _owner_combine(be, sk, m, xp, xq)
+
+
+def paillier_encrypt_owner_fixed_base(backend, sk: PaillierPrivateMaterial, m: Limbs,
+                                      a: np.ndarray) -> Limbs:
+    """(1 + m·n)·hs^a·R mod n² by the key owner: hs^a mod p² and hs^a mod q² from comb tables of
+    hs mod p² and hs mod q², joined by the CRT.  The half-size tables make each MontMult about a
+    quarter of the full-size comb's, two of them per window: about half its work for the same
+    exponents, and the same ciphertexts.  Composed (no fused op): the grouped table products on the
+    backend, then :func:`_owner_combine`."""
+    be = resolve_backend(backend)
+    if be.implements("paillier_encrypt_owner_fixed_base"):
+        return _ops(be).op_paillier_encrypt_owner_fixed_base(sk, m, a)
+    fb = _require_fixed_base(sk.public_key)
+    halves = []
+    for ctx, table in zip((sk.psquare_ctx, sk.qsquare_ctx), _owner_fixed_base_tables(be, sk)):
+        halves.append(base_op.from_mont(be, ctx, _comb_power(be, ctx, table, fb.window, a)))
+    return _owner_combine(be, sk, m, halves[0], halves[1])
+
+
+def paillier_decrypt(backend, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
+    """m (N, Ln) from Montgomery-form ciphertexts (N, L2) with the CRT (see the module docstring).
+
+    Raises:
+        InvalidCiphertextError: a ciphertext is not a unit mod n² (its CRT half degenerates).
+    """
+    be = resolve_backend(backend)
     if be.implements("paillier_decrypt"):
-        return be.op_paillier_decrypt(sk.material, c_mont)
+        return _ops(be).op_paillier_decrypt(sk, c_mont)
+    pk = sk.public_key
     c = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, c_mont))
     halves = []
     for prime, sq_ctx, h in ((sk.p, sk.psquare_ctx, sk.hp), (sk.q, sk.qsquare_ctx, sk.hq)):
@@ -490,3 +527,223 @@ def decrypt_limbs(backend, sk: PrivateKey, c_mont: np.ndarray) -> np.ndarray:
     p, q, qinv = sk.p, sk.q, sk.q_inverse
     m = [mq + q * ((mp - mq) * qinv % p) for mp, mq in zip(*halves)]
     return to_limbs(m, pk.n_ctx.num_limbs)
+
+
+# ---- key-owner encryption (CRT): the composed parts
+def _owner_obfuscation_bases(be, sk: PaillierPrivateMaterial, r: np.ndarray
+                             ) -> tuple[Limbs, Limbs]:
+    """(y_p, y_q) = (r^q mod p, r^p mod q) for given r (N, Ln): then y_p^p ≡ r^(q·p) = r^n (mod p²)
+    and y_q^q ≡ r^n (mod q²), so :func:`paillier_encrypt_owner` of them is (1 + m·n)·r^n mod n²,
+    the public-key ciphertext for the same r.  The exponents are reduced by Fermat (q mod (p−1),
+    never 0 for primes p < q, so an r ≡ 0 (mod p) still gives 0 = r^q mod p), on moduli of n/2
+    bits, as secret exponents."""
+    rs = from_limbs(r)
+    out = []
+    for prime, other in ((sk.p, sk.q), (sk.q, sk.p)):
+        ctx = mont_context(prime)
+        base = to_limbs([v % prime for v in rs], ctx.num_limbs)
+        out.append(mod_op.mod_exp_secret(be, ctx, base, mod_op.exp_limbs(other % (prime - 1))))
+    return out[0], out[1]
+
+
+def _owner_constants(be, sk: PaillierPrivateMaterial) -> dict[str, np.ndarray]:
+    """The one-row constants of :func:`_owner_combine`, once per record and backend instance:
+    ``j`` = (p²)^-1·R_q mod q² (a MontMult mod q² by it multiplies by (p²)^-1), ``psq`` = p²·R mod
+    n² (a MontMult by it multiplies by p², exactly when the product is < n²), ``n`` = n·R² mod n²
+    (a MontMult of m by it is m·n·R, the Montgomery form of m·n), ``one`` = R mod n²."""
+    def build() -> dict[str, np.ndarray]:
+        q2, n2 = sk.qsquare_ctx, sk.public_key.nsquare_ctx
+        return {"j": to_limbs([sk.psquare_inverse * q2.r_mod % q2.m], q2.num_limbs),
+                "psq": to_limbs([sk.psquare * n2.r_mod % n2.m], n2.num_limbs),
+                "n": to_limbs([sk.public_key.n * n2.r2 % n2.m], n2.num_limbs),
+                "one": to_limbs([n2.r_mod], n2.num_limbs)}
+    return be.state.get(sk, "owner_constants", build)
+
+
+def _owner_combine(be, sk: PaillierPrivateMaterial, m: Limbs, xp: Limbs, xq: Limbs) -> Limbs:
+    """c̄ = (1 + m·n)·x·R mod n² for the x < n² with x ≡ xp (mod p²), x ≡ xq (mod q²).
+
+    Garner, oriented so that nothing needs reducing (p < q, so xp < p² < q²):
+    x = xp + p²·t with t = (xq − xp)·(p²)^-1 mod q² < q², hence p²·t + xp < n² exactly.  On
+    batches: the subtraction mod q² and the additions on the host (NumPy, vectorised over rows),
+    t and p²·t as MontMults by one-row constants (:func:`_owner_constants`), and
+    ḡ = (1 + m·n)·R = MontMult(m, n·R²) ⊕ R, c̄ = MontMult(ḡ, x̄) -- no Python loop per element.
+    """
+    n2, q2 = sk.public_key.nsquare_ctx, sk.qsquare_ctx
+    k = _owner_constants(be, sk)
+    xp_h = np.asarray(xp, dtype=np.uint64)
+    d = _mod_sub_limbs(np.asarray(xq, dtype=np.uint64), pad_limbs(xp_h, q2.num_limbs), q2.m_limbs)
+    t = base_op.mont_mul(be, q2, d, k["j"], checked=False)                 # (xq − xp)·(p²)^-1
+    psq_t = base_op.mont_mul(be, n2, pad_limbs(np.asarray(t, np.uint64), n2.num_limbs), k["psq"],
+                             checked=False)                               # p²·t, exact
+    x, carry = _add_limbs(np.asarray(psq_t, np.uint64), pad_limbs(xp_h, n2.num_limbs))
+    if carry.any() or not less_than(x, n2.m_limbs).all():
+        # impossible for halves reduced mod p², q²: only a backend returning unreduced values
+        raise OperandError("key-owner CRT combine: a CRT half is not reduced modulo p² or q²")
+    x_mont = base_op.to_mont(be, n2, x)
+    mn_mont = base_op.mont_mul(be, n2, pad_limbs(np.asarray(m, np.uint64), n2.num_limbs), k["n"],
+                               checked=False)                             # m·n·R
+    g_mont = _mod_add_limbs(np.asarray(mn_mont, np.uint64), k["one"], n2.m_limbs)  # (1 + m·n)·R
+    return base_op.mont_mul(be, n2, g_mont, x_mont, checked=False)
+
+
+def _owner_fixed_base_tables(be, sk: PaillierPrivateMaterial) -> tuple[np.ndarray, np.ndarray]:
+    """The comb tables of hs mod p² and hs mod q² (Montgomery form of each half-size modulus), held
+    by the backend instance and keyed by the private record (a new fixed base is a new record)."""
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        pk = sk.public_key
+        fb = _require_fixed_base(pk)
+        hs = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, fb.hs_mont[None, :]))[0]
+        out = []
+        for ctx in (sk.psquare_ctx, sk.qsquare_ctx):
+            base = base_op.to_mont(be, ctx, ctx.to_limbs([hs % ctx.m]))
+            out.append(_comb_table(be, ctx, np.asarray(base, np.uint64), fb.exp_bits, fb.window))
+        return out[0], out[1]
+    return be.state.get(sk, "owner_fixed_base_tables", build)
+
+
+# ---- DJN fixed base (comb tables)
+def _require_fixed_base(pk: PaillierPublicMaterial) -> FixedBase:
+    if pk.fixed_base is None:
+        raise OperandError("fixed-base encryption: the key has no DJN fixed base "
+                           "(PublicKey.enable_fixed_base)")
+    return pk.fixed_base
+
+
+def _fixed_base_table(be, pk: PaillierPublicMaterial) -> np.ndarray:
+    """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key.
+
+    Held by the backend instance, keyed by the key's record: a new fixed base (a new record) never
+    meets an old table, and the build runs once however many threads ask at the same time."""
+    fb = _require_fixed_base(pk)
+    return be.state.get(pk, "fixed_base_table", lambda: _comb_table(
+        be, pk.nsquare_ctx, fb.hs_mont[None, :].copy(), fb.exp_bits, fb.window))
+
+
+def _comb_table(be, ctx: MontContext, base_mont: np.ndarray, exp_bits: int, window: int
+                ) -> np.ndarray:
+    """table[j, d−1] = base^(d·2^(window·j)) (Montgomery form), j < ceil(exp_bits/window)."""
+    nwin = -(-exp_bits // window)
+    per = (1 << window) - 1
+    table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
+    base: Limbs = base_mont
+    for j in range(nwin):
+        table[j, 0] = np.asarray(base)[0]
+        for d in range(1, per):
+            table[j, d] = np.asarray(base_op.mont_mul(be, ctx, table[j, d - 1:d], base,
+                                                      checked=False))[0]
+        for _ in range(window):
+            base = base_op.mont_mul(be, ctx, base, base, checked=False)
+    return table
+
+
+def _comb_power(be, ctx: MontContext, table: np.ndarray, window: int, a: np.ndarray
+                ) -> Limbs:
+    """base^a for each row of ``a``, as a grouped product of comb-table entries (Montgomery form).
+
+    Raises:
+        OperandError: an exponent is longer than the table covers."""
+    nwin = table.shape[0]
+    a = np.ascontiguousarray(a, dtype=np.uint64)
+    covered = nwin * window
+    # per limb, the bits the table covers: all, the low ones of the boundary limb, none above it
+    keep = [(1 << max(0, min(64, covered - 64 * i))) - 1 for i in range(a.shape[1])]
+    over = np.flatnonzero((a & ~np.array(keep, dtype=np.uint64)).any(axis=1))
+    if len(over):
+        raise OperandError(f"fixed-base exponent #{int(over[0])} is longer than the {covered} bits "
+                           f"the comb table covers")
+    digits = window_digits(a, window, nwin)[::-1]          # (nwin, N), least significant first
+    j_idx, rows = np.nonzero(digits)
+    entries = table[j_idx, digits[j_idx, rows] - 1]
+    return mod_op.mont_prod_groups(be, ctx, entries, rows, a.shape[0])
+
+
+def _fixed_base_obfuscators(be, pk: "PublicKey | PaillierPublicMaterial", a: np.ndarray
+                            ) -> Limbs:
+    """hs^a mod n² for each row of ``a`` (Montgomery form), from the full-size comb table."""
+    rec = pk if isinstance(pk, PaillierPublicMaterial) else pk.material
+    fb = _require_fixed_base(rec)
+    return _comb_power(be, rec.nsquare_ctx, _fixed_base_table(be, rec), fb.window, a)
+
+
+# ---- host limb arithmetic (vectorised over rows, for the composed CRT combine)
+def _add_limbs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a + b mod 2^(64·L), carry out of the top limb), row-wise.  Limb sums wrap; the carries then
+    ripple one limb per pass, and a carry only travels on through all-ones limbs, so the passes
+    are few whatever L."""
+    s = a + b
+    carry = s < a
+    out = np.zeros(s.shape[0], bool)
+    while carry.any():
+        out |= carry[:, -1]
+        step = np.zeros_like(s)
+        step[:, 1:] = carry[:, :-1]
+        s2 = s + step
+        carry = s2 < s
+        s = s2
+    return s, out
+
+
+def _sub_limbs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a − b mod 2^(64·L), borrow out of the top limb), row-wise (borrows ripple as carries do)."""
+    d = a - b
+    borrow = a < b
+    out = np.zeros(d.shape[0], bool)
+    while borrow.any():
+        out |= borrow[:, -1]
+        step = np.zeros_like(d)
+        step[:, 1:] = borrow[:, :-1]
+        d2 = d - step
+        borrow = d < step
+        d = d2
+    return d, out
+
+
+def _mod_add_limbs(a: np.ndarray, b: np.ndarray, m_limbs: np.ndarray) -> np.ndarray:
+    """(a + b) mod m for a, b < m (b may be one row)."""
+    s, carry = _add_limbs(a, np.broadcast_to(b, a.shape))
+    over = carry | ~less_than(s, m_limbs)
+    if over.any():
+        s[over] = _sub_limbs(s[over], np.broadcast_to(m_limbs, s[over].shape))[0]
+    return s
+
+
+def _mod_sub_limbs(a: np.ndarray, b: np.ndarray, m_limbs: np.ndarray) -> np.ndarray:
+    """(a − b) mod m for a, b < m."""
+    d, borrow = _sub_limbs(a, b)
+    if borrow.any():
+        d[borrow] = _add_limbs(d[borrow], np.broadcast_to(m_limbs, d[borrow].shape))[0]
+    return d
+
+
+def _random_limbs(count: int, bits: int, below: int | None = None) -> np.ndarray:
+    """``count`` integers uniform in [1, 2^bits) -- or in [1, ``below``) when given, ``below`` of
+    exactly ``bits`` bits -- as (count, ceil(bits/64)) limbs, from the OS CSPRNG (``os.urandom``).
+    Rejection sampling, vectorised: each draw of ``bits`` random bits is kept when it lies in the
+    range, which happens with probability at least 1/2."""
+    L = limb_count(bits)
+    top = np.uint64((1 << (bits - 64 * (L - 1))) - 1)
+    bound = None if below is None else to_limbs([below], L)[0]
+    out = np.empty((count, L), np.uint64)
+    filled = 0
+    while filled < count:
+        need = count - filled
+        draw = need + need // 2 + 8
+        x = np.frombuffer(os.urandom(8 * L * draw), dtype="<u8").reshape(draw, L).astype(np.uint64)
+        x[:, -1] &= top
+        keep = x.any(axis=1)
+        if bound is not None:
+            keep &= less_than(x, bound)
+        got = x[keep][:need]
+        out[filled:filled + len(got)] = got
+        filled += len(got)
+    return out
+
+
+def decrypt_limbs(backend, sk: PrivateKey, c_mont: Limbs) -> Limbs:
+    """Decrypt Montgomery-form ciphertexts (N, L2) to plaintext limbs (N, Ln) with the CRT
+    (:func:`paillier_decrypt`)."""
+    be = resolve_backend(backend)
+    if c_mont.shape[0] == 0:
+        return np.empty((0, sk.public_key.n_ctx.num_limbs), np.uint64)
+    return paillier_decrypt(be, sk.material, c_mont)

@@ -1,6 +1,7 @@
 """``gpu``: UniFL's CUDA backend -- MontMult, ModMult, fixed-window ModExp, fused Paillier encryption
 (UniFL Alg. 4), the ciphertext×plaintext matmul reduction (Alg. 5) and CRT decryption as CUDA
-kernels, run on every visible NVIDIA GPU.
+kernels, run on one NVIDIA GPU per instance (the ``device`` option; the scheduler's multi-device
+backend splits batches over several instances).
 
 Layout: one thread per instance.  Each thread owns one big number (or one Paillier operation) and
 runs the whole CIOS Montgomery loop with 64-bit limbs (``mul.lo/mul.hi.u64``); batches are staged
@@ -33,23 +34,52 @@ on an H100, docs/gpu.md).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...core.errors import BackendUnavailable
 from ...core.backend import ProbeResult
+from ...core.errors import ConfigError
 from .kernel_backend import KernelBackend, _c
+from .options import GpuOptions
+
+if TYPE_CHECKING:
+    from .runtime import CudaEngine
 
 
 class GpuBackend(KernelBackend):
     name = "gpu"
 
-    def __init__(self, cgbn: bool | None = None, **options) -> None:
+    options_model = GpuOptions
+    options: GpuOptions
+    engine: "CudaEngine"
+
+    def __init__(self, **options: Any) -> None:
+        """``options``: see :class:`~unifl.backends.gpu.options.GpuOptions` (``device``,
+        ``cgbn``)."""
         super().__init__(**options)
         from .runtime import CudaEngine
-        self.engine = CudaEngine()
+        self.engine = CudaEngine(self.options.device)
         #: use the optional CGBN ModExp (only in a CGBN build; docs/gpu.md) -- UNIFL_GPU_CGBN=1
+        cgbn = self.options.cgbn
         self.cgbn = os.environ.get("UNIFL_GPU_CGBN") == "1" if cgbn is None else cgbn
+
+    @classmethod
+    def select_device(cls, value: Any) -> dict[str, Any]:
+        """A scalar entry of a party's ``devices:`` list is a CUDA device index: one instance per
+        entry, each on its device (checked by the options model and, at start, by the runtime)."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"backend 'gpu': a device entry is a CUDA device index (an integer), "
+                              f"got {value!r}")
+        return {"device": value}
+
+    @property
+    def devices(self) -> list[str]:
+        """The one device this instance runs on."""
+        dev = self.engine.device
+        names = self.probe_result.devices if self.probe_result else []
+        return [next((d for d in names if d.startswith(f"cuda:{dev} ")), f"cuda:{dev}")]
 
     def own_batch(self, x):
         """Our own device batches stay on the device; a one-row broadcast view stays a view (the

@@ -2,19 +2,28 @@
 the CPU, one call per instance index (``src/gpu_host.cpp``).  A verification stand-in, not a fast
 path and not a GPU: the test suite registers it so the cross-backend equivalence harness checks the
 kernels' arithmetic, index computations, key-blob layout and both batch layouts against ``cpu``.
+
+With ``resident=True`` the engine also models the CUDA runtime's data residency: its results are
+:class:`HostBatch` objects (a ``DeviceBatch`` whose values stand for device memory), its own batches
+are taken back without a copy, and it counts what the CUDA runtime counts -- one launch per kernel
+call, one upload per call that stages host operands (the runtime copies them in one transfer), one
+download per batch whose values are read on the host -- so tests can check the traffic of an SDK
+operation (e.g. one launch, one upload, no download for a fused key-owner encryption) without a GPU.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from ...core.backend import ProbeResult
+from ...core.limbs import DeviceBatch
 from .kernel_backend import KernelBackend
 
 try:
-    from . import _gpu_host
+    from . import _gpu_host  # type: ignore[attr-defined]  # (a compiled module, no stub)
 except ImportError as exc:  # extension not built
     _gpu_host = None
     _IMPORT_ERROR = str(exc)
@@ -22,30 +31,73 @@ except ImportError as exc:  # extension not built
 STAND_IN = "CUDA kernel bodies run on the host CPU (no GPU)"
 
 
-class HostEngine:
-    """Runs the kernel bodies on the CPU; ``soa`` selects the limb-major layout the device uses."""
+class HostBatch(DeviceBatch):
+    """A result of a resident :class:`HostEngine`: reading its values on the host is a download."""
 
-    def __init__(self, soa: bool = True, threads: int | None = None) -> None:
+    def __init__(self, engine: "HostEngine", values: np.ndarray) -> None:
+        super().__init__(values.shape)
+        self._engine = engine
+        self._values = values
+
+    def _download(self) -> np.ndarray:
+        self._engine.counts["downloads"] += 1
+        return self._values
+
+
+class HostEngine:
+    """Runs the kernel bodies on the CPU; ``soa`` selects the limb-major layout the device uses,
+    ``resident`` the device-memory model described in the module docstring."""
+
+    def __init__(self, soa: bool = True, threads: int | None = None,
+                 resident: bool = False) -> None:
         self.soa = soa
         self.threads = int(threads or os.environ.get("UNIFL_THREADS") or os.cpu_count() or 1)
+        self.resident = resident
+        self.counts = {"launches": 0, "uploads": 0, "downloads": 0}
+
+    def counters(self) -> dict[str, int]:
+        """Kernel calls, staged host-operand transfers (key blobs included) and downloads so far."""
+        return dict(self.counts)
+
+    def holds(self, x: Any) -> bool:
+        return isinstance(x, HostBatch) and x._engine is self
 
     def prepare(self, blob: np.ndarray, kind: int) -> np.ndarray:
+        self.counts["uploads"] += 1
         return np.ascontiguousarray(blob, dtype=np.uint64)
 
+    def _call(self, fn, key, *operands, tail=()) -> Any:
+        """One kernel call: own batches in place, host operands staged (one upload for all)."""
+        staged = False
+        args = []
+        for x in operands:
+            if self.holds(x):
+                args.append(x._values)
+            else:
+                staged = True
+                args.append(np.ascontiguousarray(x, dtype=np.uint64))
+        self.counts["uploads"] += int(staged)
+        self.counts["launches"] += 1
+        out = fn(key, *args, *tail, self.soa, self.threads)
+        return HostBatch(self, out) if self.resident else out
+
     def mul(self, key, a, b, mode):
-        return _gpu_host.mul(key, a, b, mode, self.soa, self.threads)
+        return self._call(_gpu_host.mul, key, a, b, tail=(mode,))
 
     def exp(self, key, base, exps, mode):
-        return _gpu_host.exp(key, base, exps, mode, self.soa, self.threads)
+        return self._call(_gpu_host.exp, key, base, exps, tail=(mode,))
 
     def multi_exp(self, key, bases, exps):
-        return _gpu_host.multi_exp(key, bases, exps, self.soa, self.threads)
+        return self._call(_gpu_host.multi_exp, key, bases, exps)
 
     def paillier_encrypt(self, pub, m, r):
-        return _gpu_host.paillier_encrypt(pub, m, r, self.soa, self.threads)
+        return self._call(_gpu_host.paillier_encrypt, pub, m, r)
+
+    def paillier_encrypt_owner(self, owner, m, yp, yq):
+        return self._call(_gpu_host.paillier_encrypt_owner, owner, m, yp, yq)
 
     def paillier_decrypt(self, priv, c):
-        return _gpu_host.paillier_decrypt(priv, c, self.soa, self.threads)
+        return self._call(_gpu_host.paillier_decrypt, priv, c)
 
 
 class GpuHostBackend(KernelBackend):
@@ -53,9 +105,10 @@ class GpuHostBackend(KernelBackend):
 
     name = "gpu_host"
 
-    def __init__(self, soa: bool = True, threads: int | None = None, **options) -> None:
+    def __init__(self, soa: bool = True, threads: int | None = None, resident: bool = False,
+                 **options) -> None:
         super().__init__(**options)
-        self.engine = HostEngine(soa=soa, threads=threads)
+        self.engine = HostEngine(soa=soa, threads=threads, resident=resident)
 
     @classmethod
     def probe(cls) -> ProbeResult:

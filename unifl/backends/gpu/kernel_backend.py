@@ -16,13 +16,19 @@ mod_exp_secret     the same kernel: NOT constant time (it skips zero windows, tr
                    secret exponentiations stay one kernel launch rather than a host-driven ladder
 mont_multi_exp     UniFL Alg. 5: K·N powers, then log2(N) halving rounds of MontMults on the device
 paillier_encrypt   UniFL Alg. 4: (1 + m·n)·r^n mod n², one domain entry per operand, one kernel
+paillier_encrypt_  key-owner encryption with the CRT: y_p^p mod p², y_q^q mod q², Garner's
+owner              combine and (1 + m·n)·x·R mod n² in one kernel (no host round trip); the
+                   exponentiations by p and q are NOT constant time (as mod_exp_secret)
 paillier_decrypt   CRT decryption, one kernel (wide reductions by Montgomery multiplication); an
                    element whose CRT half degenerates (not a unit mod n²) comes back as the
                    all-ones sentinel row and is refused here with InvalidCiphertextError
 =================  ==========================================================================
 
-``mont_prod_groups`` and the fixed-base (DJN) encryption are not native here: the generic layers
+``mont_prod_groups`` and the fixed-base (DJN) encryptions are not native here: the generic layers
 compose them from the MontMult kernel.
+
+An engine counts its traffic (:meth:`Engine.counters`): kernel launches, host-to-device copies and
+device-to-host copies, so a test or bench can check what an op costs beyond its arithmetic.
 """
 
 from __future__ import annotations
@@ -39,19 +45,23 @@ from . import keys
 
 
 class Engine(Protocol):
-    """What a kernel engine offers (all arrays uint64, C-contiguous)."""
+    """What a kernel engine offers: operands are its own batches or uint64 host arrays, results
+    its own batches (the CUDA engine's stay in device memory) or host arrays."""
 
     def prepare(self, blob: np.ndarray, kind: int) -> Any: ...
-    def mul(self, key: Any, a: np.ndarray, b: np.ndarray, mode: int) -> np.ndarray: ...
-    def exp(self, key: Any, base: np.ndarray, exps: np.ndarray, mode: int) -> np.ndarray: ...
-    def multi_exp(self, key: Any, bases: np.ndarray, exps: np.ndarray) -> np.ndarray: ...
-    def paillier_encrypt(self, pub: Any, m: np.ndarray, r: np.ndarray) -> np.ndarray: ...
-    def paillier_decrypt(self, priv: Any, c: np.ndarray) -> np.ndarray: ...
+    def holds(self, x: Any) -> bool: ...
+    def counters(self) -> dict[str, int]: ...
+    def mul(self, key: Any, a: Any, b: Any, mode: int) -> Any: ...
+    def exp(self, key: Any, base: Any, exps: Any, mode: int) -> Any: ...
+    def multi_exp(self, key: Any, bases: Any, exps: np.ndarray) -> Any: ...
+    def paillier_encrypt(self, pub: Any, m: Any, r: Any) -> Any: ...
+    def paillier_encrypt_owner(self, owner: Any, m: Any, yp: Any, yq: Any) -> Any: ...
+    def paillier_decrypt(self, priv: Any, c: Any) -> Any: ...
 
 
 MONT_MUL, MOD_MUL = 0, 1   # MulMode in kernels.cuh
 MONT_EXP, MOD_EXP = 0, 1   # ExpMode in kernels.cuh
-KIND_CTX, KIND_PUB, KIND_PRIV = 0, 1, 2   # key blob kinds (keys.py)
+KIND_CTX, KIND_PUB, KIND_PRIV, KIND_OWNER = 0, 1, 2, 3   # key blob kinds (keys.py)
 
 
 
@@ -65,8 +75,16 @@ class KernelBackend(Backend):
 
     name = "kernel-abstract"
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
-                            "mont_multi_exp", "paillier_encrypt", "paillier_decrypt"})
+                            "mont_multi_exp", "paillier_encrypt", "paillier_encrypt_owner",
+                            "paillier_decrypt"})
     engine: Engine
+
+    def own_batch(self, x: Any) -> Any:
+        """The engine's own (device-resident) batches pass through; anything else becomes a
+        contiguous host array."""
+        if self.engine.holds(x):
+            return x
+        return np.ascontiguousarray(x, dtype=np.uint64)
 
     # ---- per-key constants, prepared (uploaded) once per instance, weakly keyed by the key record
     def _key(self, holder: Any, build: Any, kind: int) -> Any:
@@ -107,6 +125,15 @@ class KernelBackend(Backend):
         return self.engine.paillier_encrypt(self._key(pk, keys.pub_blob, KIND_PUB), self.own_batch(m),
                                             self.own_batch(r))
 
+    def op_paillier_encrypt_owner(self, sk, m, yp, yq):
+        """Key-owner CRT encryption in one kernel launch (both halves, the combine, the finish)."""
+        if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
+            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
+                               f"{32 * keys.MAX_LIMBS} bits")
+        return self.engine.paillier_encrypt_owner(self._key(sk, keys.owner_blob, KIND_OWNER),
+                                                  self.own_batch(m), self.own_batch(yp),
+                                                  self.own_batch(yq))
+
     def op_paillier_decrypt(self, sk, c_mont):
         if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
@@ -119,7 +146,7 @@ class KernelBackend(Backend):
         # the host anyway; the fetch is cached in the batch.
         rows = np.asarray(out)
         bad = np.flatnonzero((rows == np.uint64(0xFFFFFFFFFFFFFFFF)).all(axis=1)) if rows.size \
-            else ()
+            else np.empty(0, np.intp)
         if len(bad):
             raise InvalidCiphertextError(
                 f"ciphertext #{int(bad[0])} is not a unit mod n² (a CRT half of its decryption "

@@ -10,6 +10,9 @@ Constants (R = 2^(64·L) of the modulus in question):
   reduction of c̄ = c·R_{n²} by Montgomery multiplications lands in p²'s domain), p − 1, q − 1,
   ``p^-1 mod 2^(64·Lp)`` (exact division (x − 1)/p as a multiplication), ``h_p·Rp² mod p``,
   ``h_q·Rq mod q``, ``Wpq_j = Rp^(j+2) mod p``, ``q^-1 mod p``, q, Ln.
+* OwnerKey (key-owner encryption) ``[ModCtx(n²), ModCtx(p²), ModCtx(q²), Ln, n, Lp, p, Lq, q,
+  (p²)^-1·R_{q²} mod q², R³ mod n²]``: a MontMult mod q² by the first constant multiplies by
+  (p²)^-1 (Garner's step), a MontMult mod n² by the second turns g·x·R^-1 into g·x·R.
 """
 
 from __future__ import annotations
@@ -66,4 +69,17 @@ def priv_blob(sk) -> np.ndarray:
     kpq = -(-qc.num_limbs // pc.num_limbs)
     parts += [_words(kpq), _wide_reduction_constants(pc, kpq, 1),
               _limbs(sk.q_inverse, pc.num_limbs), _limbs(sk.q, qc.num_limbs), _words(Ln)]
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)
+
+
+def owner_blob(sk) -> np.ndarray:
+    """The key-owner encryption blob of a private record (p < q, as the records keep them)."""
+    pk = sk.public_key
+    n2, p2, q2 = pk.nsquare_ctx, sk.psquare_ctx, sk.qsquare_ctx
+    Ln, Lp, Lq = pk.n_ctx.num_limbs, sk.p_limbs, sk.q_limbs
+    parts = [ctx_blob(n2), ctx_blob(p2), ctx_blob(q2),
+             _words(Ln), _limbs(pk.n, Ln), _words(Lp), _limbs(sk.p, Lp),
+             _words(Lq), _limbs(sk.q, Lq),
+             _limbs(sk.psquare_inverse * q2.R % q2.m, q2.num_limbs),
+             _limbs(pow(n2.R, 3, n2.m), n2.num_limbs)]
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)

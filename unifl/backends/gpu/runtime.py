@@ -1,7 +1,11 @@
 """ctypes face of ``libunifl_gpu.so`` (built by nvcc from ``src/gpu_runtime.cu``).
 
-Every op returns a :class:`GpuBatch`: the result stays in device memory, and is used there by the
-next op that takes it, until something fetches it (``unifl.base_op.DeviceBatch``).
+A :class:`CudaEngine` drives ONE device (the ``device`` option of the gpu backend): keys are
+uploaded to it, every op runs on it, and a batch split over several GPUs is the scheduler's business
+(``unifl.scheduler.multi``, one backend instance per device).  Every op returns a
+:class:`GpuBatch`: the result stays in that device's memory, and is used there by the next op that
+takes it, until something fetches it (``unifl.base_op.DeviceBatch``).  A batch of another device
+is fetched and staged like host rows.
 
 Why ctypes and not a pybind11 module compiled by nvcc: the library has a plain C ABI, so it needs
 neither Python headers nor pybind11 under nvcc, it is linked with the static CUDA runtime (no
@@ -20,7 +24,7 @@ import threading
 import numpy as np
 
 from ...core.limbs import DeviceBatch
-from ...core.errors import BackendUnavailable, OperandError
+from ...core.errors import BackendUnavailable, ConfigError, DeviceError, OperandError
 
 HERE = os.path.dirname(__file__)
 LIB_NAME = "libunifl_gpu.so"
@@ -66,13 +70,14 @@ def load_library() -> ctypes.CDLL:
         lib.unifl_gpu_error_string.argtypes = [ctypes.c_int]
         lib.unifl_gpu_error_string.restype = ctypes.c_char_p
         lib.unifl_gpu_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        lib.unifl_gpu_key_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int,
+        lib.unifl_gpu_key_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
                                              ctypes.POINTER(ctypes.c_void_p)]
+        lib.unifl_gpu_counters.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_longlong)]
         lib.unifl_gpu_key_free.argtypes = [ctypes.c_void_p]
         lib.unifl_gpu_key_free.restype = None
         vpp = ctypes.POINTER(ctypes.c_void_p)
         lib.unifl_gpu_batch_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int,
-                                               ctypes.c_void_p, vpp]
+                                               ctypes.c_int, vpp]
         lib.unifl_gpu_batch_download.argtypes = [ctypes.c_void_p, _u64p]
         lib.unifl_gpu_batch_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong),
                                               ctypes.POINTER(ctypes.c_int),
@@ -88,17 +93,25 @@ def load_library() -> ctypes.CDLL:
                                             ctypes.c_longlong, ctypes.c_int, vpp]
         lib.unifl_gpu_paillier_encrypt.argtypes = [ctypes.c_void_p, Operand, Operand,
                                                    ctypes.c_longlong, vpp]
+        lib.unifl_gpu_paillier_encrypt_owner.argtypes = [ctypes.c_void_p, Operand, Operand,
+                                                         Operand, ctypes.c_longlong, vpp]
         lib.unifl_gpu_paillier_decrypt.argtypes = [ctypes.c_void_p, Operand, ctypes.c_longlong,
                                                    vpp]
         if hasattr(lib, "unifl_gpu_cgbn_mod_exp"):          # optional CGBN build
-            lib.unifl_gpu_cgbn_mod_exp.argtypes = [_u64p, ctypes.c_int, _u64p, _u64p, ctypes.c_int,
-                                                   ctypes.c_int, _u64p, ctypes.c_longlong]
+            lib.unifl_gpu_cgbn_mod_exp.argtypes = [ctypes.c_int, _u64p, ctypes.c_int, _u64p, _u64p,
+                                                   ctypes.c_int, ctypes.c_int, _u64p,
+                                                   ctypes.c_longlong]
         _lib = lib
         return lib
 
 
 def error_string(lib: ctypes.CDLL, err: int) -> str:
     return lib.unifl_gpu_error_string(err).decode(errors="replace")
+
+
+def device_count() -> int:
+    """How many CUDA devices there are; BackendUnavailable ("no CUDA driver", "no device") if none."""
+    return len(devices())
 
 
 def devices() -> list[str]:
@@ -124,8 +137,6 @@ def _ptr(a: np.ndarray):
     return a.ctypes.data_as(_u64p)
 
 
-ERR_LAYOUT = -4
-
 
 class Operand(ctypes.Structure):
     """An op's operand for the C interface: a device batch, or host rows (1 = shared by the batch)."""
@@ -135,16 +146,16 @@ class Operand(ctypes.Structure):
 
 
 class GpuBatch(DeviceBatch):
-    """An (N, L) limb batch in the memory of the CUDA device(s) (limb-major, one chunk per device it
-    was split over); freed with the object."""
+    """An (N, L) limb batch in the memory of one CUDA device (limb-major); freed with the object."""
 
     def __init__(self, lib: ctypes.CDLL, handle: ctypes.c_void_p) -> None:
-        n, L, chunks = ctypes.c_longlong(), ctypes.c_int(), ctypes.c_int()
-        lib.unifl_gpu_batch_shape(handle, ctypes.byref(n), ctypes.byref(L), ctypes.byref(chunks))
+        n, L, device = ctypes.c_longlong(), ctypes.c_int(), ctypes.c_int()
+        lib.unifl_gpu_batch_shape(handle, ctypes.byref(n), ctypes.byref(L), ctypes.byref(device))
         super().__init__((n.value, L.value))
         self._lib = lib
-        self.handle = handle
-        self.chunks = chunks.value
+        self.handle: ctypes.c_void_p | None = handle
+        #: the CUDA device index the values live on
+        self.device = device.value
 
     def _download(self) -> np.ndarray:
         out = np.empty(self.shape, np.uint64)
@@ -158,15 +169,15 @@ class GpuBatch(DeviceBatch):
 
 
 class DeviceKey:
-    """A key blob uploaded once to every device; freed with the object."""
+    """A key blob uploaded once to one device; freed with the object."""
 
-    def __init__(self, lib: ctypes.CDLL, blob: np.ndarray, kind: int) -> None:
+    def __init__(self, lib: ctypes.CDLL, blob: np.ndarray, kind: int, device: int) -> None:
         self._lib = lib
         self.blob = np.ascontiguousarray(blob, dtype=np.uint64)
         handle = ctypes.c_void_p()
-        _check(lib, lib.unifl_gpu_key_upload(_ptr(self.blob), self.blob.size, kind,
+        _check(lib, lib.unifl_gpu_key_upload(_ptr(self.blob), self.blob.size, kind, device,
                                              ctypes.byref(handle)))
-        self.handle = handle
+        self.handle: ctypes.c_void_p | None = handle
 
     def __del__(self) -> None:
         if getattr(self, "handle", None):
@@ -178,35 +189,56 @@ def _check(lib: ctypes.CDLL, err: int) -> None:
     if err == ERR_SIZE:
         raise OperandError(error_string(lib, err))
     if err:
-        raise RuntimeError(f"CUDA error {err}: {error_string(lib, err)}")
+        raise DeviceError(f"CUDA error {err}: {error_string(lib, err)}")
 
 
 class CudaEngine:
-    """Runs the kernels on every CUDA device; operands are :class:`GpuBatch` (used in place) or host
-    arrays (staged for the call), results are :class:`GpuBatch`."""
+    """Runs the kernels on CUDA device ``device``; operands are :class:`GpuBatch` of that device
+    (used in place) or host arrays (staged for the call; a batch of another device is fetched),
+    results are :class:`GpuBatch`.
 
-    def __init__(self) -> None:
+    Raises:
+        ConfigError: ``device`` is not the index of a CUDA device of this machine.
+    """
+
+    def __init__(self, device: int = 0) -> None:
         self.lib = load_library()
+        count = device_count()
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
+            raise ConfigError(f"gpu: device must be a CUDA device index in [0, {count}), got "
+                              f"{device!r}")
+        self.device = device
 
     def prepare(self, blob: np.ndarray, kind: int) -> DeviceKey:
-        return DeviceKey(self.lib, blob, kind)
+        return DeviceKey(self.lib, blob, kind, self.device)
+
+    def counters(self) -> dict[str, int]:
+        """Kernel launches, host-to-device copies (key uploads included) and device-to-host copies
+        on this engine's device since the process opened it (shared by engines of one device)."""
+        out = (ctypes.c_longlong * 3)()
+        _check(self.lib, self.lib.unifl_gpu_counters(self.device, out))
+        return {"launches": out[0], "uploads": out[1], "downloads": out[2]}
 
     def holds(self, x) -> bool:
-        return isinstance(x, GpuBatch) and x._lib is self.lib and bool(x.handle)
+        return (isinstance(x, GpuBatch) and x._lib is self.lib and bool(x.handle)
+                and x.device == self.device)
 
     def upload(self, a: np.ndarray, like: GpuBatch | None = None) -> GpuBatch:
-        """Host rows to a new device batch (split like ``like``, or over the devices)."""
+        """Host rows to a new batch on this engine's device.  ``like``, when given, must be one of
+        this engine's batches (every batch of an engine lives on its one device)."""
+        if like is not None and not self.holds(like):
+            raise OperandError(f"upload(like=...): the batch is not on this engine's device "
+                               f"cuda:{self.device}")
         a = np.ascontiguousarray(a, dtype=np.uint64)
         h = ctypes.c_void_p()
-        _check(self.lib, self.lib.unifl_gpu_batch_upload(
-            _ptr(a), a.shape[0], a.shape[1], like.handle if like is not None else None,
-            ctypes.byref(h)))
+        _check(self.lib, self.lib.unifl_gpu_batch_upload(_ptr(a), a.shape[0], a.shape[1],
+                                                         self.device, ctypes.byref(h)))
         return GpuBatch(self.lib, h)
 
     def _operand(self, x, keep: list) -> Operand:
         if self.holds(x):
             return Operand(x.handle, None, x.shape[0], x.shape[1])
-        x = np.asarray(x, dtype=np.uint64)
+        x = np.asarray(x, dtype=np.uint64)     # a batch of another device is fetched here
         if x.ndim == 2 and x.shape[0] > 1 and x.strides[0] == 0:   # one row broadcast: shared
             x = np.ascontiguousarray(x[:1])
             rows = 1
@@ -217,21 +249,12 @@ class CudaEngine:
         return Operand(None, _ptr(x), rows, x.shape[1])
 
     def _run(self, fn, key: DeviceKey, xs: list, *tail) -> GpuBatch:
-        """``fn(key, *operands, *tail, &out)``.  Device batches of one op split differently over
-        several GPUs (C: kErrLayout) are resolved once by re-uploading the later ones like the
-        first."""
-        for attempt in (0, 1):
-            keep: list = []
-            ops = [self._operand(x, keep) for x in xs]
-            h = ctypes.c_void_p()
-            err = fn(key.handle, *ops, *tail, ctypes.byref(h))
-            if err != ERR_LAYOUT:
-                _check(self.lib, err)
-                return GpuBatch(self.lib, h)
-            lead = next(x for x in xs if self.holds(x))
-            xs = [x if x is lead or not self.holds(x) else self.upload(x.fetch(), like=lead)
-                  for x in xs]
-        raise RuntimeError("device batches could not be aligned across the GPUs")
+        """``fn(key, *operands, *tail, &out)``: one op on this engine's device."""
+        keep: list = []
+        ops = [self._operand(x, keep) for x in xs]
+        h = ctypes.c_void_p()
+        _check(self.lib, fn(key.handle, *ops, *tail, ctypes.byref(h)))
+        return GpuBatch(self.lib, h)
 
     def mul(self, key: DeviceKey, a, b, mode: int) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_mul, key, [a, b], a.shape[0], mode)
@@ -242,8 +265,6 @@ class CudaEngine:
     def multi_exp(self, key: DeviceKey, bases, exps: np.ndarray) -> GpuBatch:
         k, n, le = exps.shape
         exps = np.ascontiguousarray(exps, dtype=np.uint64)
-        if self.holds(bases) and bases.chunks != 1:       # several GPUs: stage them from the host
-            bases = bases.fetch()
         keep: list = []
         op = self._operand(bases, keep)
         h = ctypes.c_void_p()
@@ -253,6 +274,9 @@ class CudaEngine:
 
     def paillier_encrypt(self, pub: DeviceKey, m, r) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_paillier_encrypt, pub, [m, r], m.shape[0])
+
+    def paillier_encrypt_owner(self, owner: DeviceKey, m, yp, yq) -> GpuBatch:
+        return self._run(self.lib.unifl_gpu_paillier_encrypt_owner, owner, [m, yp, yq], m.shape[0])
 
     def paillier_decrypt(self, priv: DeviceKey, c) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_paillier_decrypt, priv, [c], c.shape[0])
@@ -268,8 +292,8 @@ class CudaEngine:
         m = np.ascontiguousarray(key.blob[2:2 + L])
         out = np.empty_like(base)
         shared = int(exps.shape[0] == 1 and base.shape[0] != 1)
-        err = self.lib.unifl_gpu_cgbn_mod_exp(_ptr(m), L, _ptr(base), _ptr(exps), exps.shape[1],
-                                              shared, _ptr(out), base.shape[0])
+        err = self.lib.unifl_gpu_cgbn_mod_exp(self.device, _ptr(m), L, _ptr(base), _ptr(exps),
+                                              exps.shape[1], shared, _ptr(out), base.shape[0])
         if err == ERR_SIZE:
             return None
         _check(self.lib, err)

@@ -4,9 +4,10 @@ MontMult is OpenSSL's mulx/adcx/adox ``bn_mul_mont`` reached through ``BN_mod_mu
 the header of ``src/native.cpp`` for the measurement behind that choice); batching, threading,
 windowed / fixed-base / multi-exponentiation and the fused Paillier ops are ours.
 
-Secret exponents (``mod_exp_secret``, and the exponentiations inside the fused CRT decryption) go
-through OpenSSL's ``BN_mod_exp_mont_consttime``: constant time in the values of the exponent and the
-base.  Public exponents keep the faster sliding-window code.
+Secret exponents (``mod_exp_secret``, the exponentiations inside the fused CRT decryption and the
+exponents p, q of the key owner's fused CRT encryption) go through OpenSSL's
+``BN_mod_exp_mont_consttime``: constant time in the values of the exponent and the base.  Public
+exponents keep the faster sliding-window code.
 
 Every array argument is checked by the extension itself (dtype, contiguity, dimensions, rows, limbs);
 the wrappers here only make views contiguous, so a layout the SDK produces never fails those checks.
@@ -19,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ...core.keys import PaillierPublicMaterial
+from ...core.errors import OperandError
+from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.limbs import to_limbs
 from ...core.montgomery import MontContext
 from ...core.backend import Backend, ProbeResult
+from .options import NativeOptions
 
 try:
-    from . import _native
+    from . import _native  # type: ignore[attr-defined]  # (a compiled module, no stub)
 except ImportError as exc:  # extension not built
     _native = None
     _IMPORT_ERROR = str(exc)
@@ -40,12 +43,22 @@ class NativeBackend(Backend):
     name = "native"
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
                             "mont_prod_groups", "mont_inverse", "paillier_encrypt", "paillier_encrypt_fixed_base",
-                            "paillier_decrypt", "mod_exp_secret"})
+                            "paillier_decrypt", "mod_exp_secret", "paillier_encrypt_owner",
+                            "paillier_encrypt_owner_fixed_base"})
 
-    def __init__(self, threads: int | None = None, **options) -> None:
+    options_model = NativeOptions
+    options: NativeOptions
+
+    def __init__(self, **options: Any) -> None:
+        """``options``: see :class:`~unifl.backends.native.options.NativeOptions` (``threads``)."""
         super().__init__(**options)
         env = os.environ.get("UNIFL_THREADS")
-        self.threads = int(threads or env or _native.hardware_threads())
+        self.threads = int(self.options.threads or env or _native.hardware_threads())
+
+    @classmethod
+    def select_device(cls, value: Any) -> dict[str, Any]:
+        """A scalar entry of ``devices:`` is that instance's worker-thread count."""
+        return {"threads": value}
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -107,12 +120,14 @@ class NativeBackend(Backend):
         pub = self._pub(pk)
         # a record's fixed base never changes (a new base makes a new record): built once, under
         # the state's lock, however many threads encrypt with a fresh key at the same time
-        self.state.get(pk, "fixed_base", lambda: self._build_fixed_base(pub, pk.fixed_base) or True)
+        def build() -> bool:
+            self._build_fixed_base(pub, pk.fixed_base)
+            return True
+        self.state.get(pk, "fixed_base", build)
         return pub.encrypt_fixed_base(_c(m), _c(a), self.threads)
 
-    def op_paillier_decrypt(self, sk, c_mont):
-        """CRT decryption, constant-time exponentiations.  Raises InvalidCiphertextError (from the
-        extension) naming the first element that is not a unit mod n²."""
+    def _priv(self, sk: PaillierPrivateMaterial) -> Any:
+        """The key's C++ private object (CRT constants, the owner's comb tables), once per record."""
         def build() -> Any:
             L = sk.public_key.n_ctx.num_limbs
 
@@ -122,4 +137,35 @@ class NativeBackend(Backend):
                 self._pub(sk.public_key), self.modulus(sk.psquare_ctx),
                 self.modulus(sk.qsquare_ctx), one(sk.p), one(sk.q), one(sk.hp),
                 one(sk.hq), one(sk.q_inverse))
-        return self.state.get(sk, "private", build).decrypt(_c(c_mont), self.threads)
+        return self.state.get(sk, "private", build)
+
+    def op_paillier_decrypt(self, sk, c_mont):
+        """CRT decryption, constant-time exponentiations.  Raises InvalidCiphertextError (from the
+        extension) naming the first element that is not a unit mod n²."""
+        return self._priv(sk).decrypt(_c(c_mont), self.threads)
+
+    def op_paillier_encrypt_owner(self, sk, m, yp, yq):
+        """Key-owner CRT encryption in one call: yp^p mod p² and yq^q mod q² by OpenSSL's
+        BN_mod_exp_mont_consttime, Garner's combine and (1 + m·n)·x·R mod n² in C++."""
+        return self._priv(sk).encrypt_owner(_c(m), _c(yp), _c(yq), self.threads)
+
+    def op_paillier_encrypt_owner_fixed_base(self, sk, m, a):
+        """Key-owner DJN encryption: combs of hs mod p² and hs mod q² (built once per record, in
+        the key's C++ object), Garner's combine and the finish, one call per batch."""
+        fb = sk.public_key.fixed_base
+        if fb is None:
+            raise OperandError("paillier_encrypt_owner_fixed_base: the key has no DJN fixed base "
+                               "(PublicKey.enable_fixed_base)")
+        priv = self._priv(sk)
+        # a record's fixed base never changes (a new base makes a new record): built once, under
+        # the state's lock, however many threads encrypt with a fresh key at the same time
+        def build() -> bool:
+            self._build_owner_fixed_base(priv, fb)
+            return True
+        self.state.get(sk, "owner_fixed_base", build)
+        return priv.encrypt_owner_fixed_base(_c(m), _c(a), self.threads)
+
+    def _build_owner_fixed_base(self, priv: Any, fb: FixedBase) -> None:
+        """Compute the combs of hs mod p² and hs mod q² into the key's C++ object (the costly
+        step)."""
+        priv.set_fixed_base(_c(fb.hs_mont), fb.exp_bits, fb.window, self.threads)

@@ -81,25 +81,27 @@ extern "C" {
 
 // base^e mod m (plain in and out) for a modulus of L <= 64 limbs and exponents of le limbs (<= the
 // class width); rows element-major.  kErrSize when the sizes fall outside the CGBN classes.
-int unifl_gpu_cgbn_mod_exp(const u64 *mod, int L, const u64 *base, const u64 *exps, int le, int e_shared,
-                           u64 *out, long long n) {
+int unifl_gpu_cgbn_mod_exp(int device, const u64 *mod, int L, const u64 *base, const u64 *exps, int le,
+                           int e_shared, u64 *out, long long n) {
     const int W = L <= 16 ? 16 : L <= 32 ? 32 : L <= 64 ? 64 : 0;  // words of the CGBN class
     if (!W || le > W) return kErrSize;
-    int e0 = ensure_init();
+    Device *dev;
+    int e0 = open_device(device, &dev);
     if (e0) return e0;
-    return run_parts(n, [&](Part &pt) -> int {
-        Device &d = *pt.dev;
-        const long long cnt = pt.hi - pt.lo;
+    return on_device(*dev, [&](Device &d) -> int {
+        const long long lo = 0, cnt = n;
         const size_t wb = size_t(cnt) * W, we = size_t(e_shared ? 1 : cnt) * W;
         cudaError_t e = d.reserve(2 * wb + we + W, 2 * wb + we + W);
         if (e) return (int)e;
         u64 *h = d.pinned;
         std::memset(h, 0, (wb + we + W) * 8);
-        for (long long i = 0; i < cnt; ++i) std::memcpy(h + i * W, base + (pt.lo + i) * L, size_t(L) * 8);
+        for (long long i = 0; i < cnt; ++i) std::memcpy(h + i * W, base + (lo + i) * L, size_t(L) * 8);
         for (long long i = 0; i < (e_shared ? 1 : cnt); ++i)
-            std::memcpy(h + wb + i * W, exps + (e_shared ? 0 : (pt.lo + i) * le), size_t(le) * 8);
+            std::memcpy(h + wb + i * W, exps + (e_shared ? 0 : (lo + i) * le), size_t(le) * 8);
         std::memcpy(h + wb + we, mod, size_t(L) * 8);
         if ((e = cudaMemcpyAsync(d.arena, h, (wb + we + W) * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
+        d.uploads += 1;
+        d.launches += 1;
         u64 *dout = d.arena + wb + we + W;
         if (W == 16)
             e = unifl_cgbn::launch_powm<unifl_cgbn::Params<8, 1024>>(dout, d.arena, d.arena + wb, e_shared,
@@ -112,10 +114,11 @@ int unifl_gpu_cgbn_mod_exp(const u64 *mod, int L, const u64 *base, const u64 *ex
                                                                       d.arena + wb + we, cnt, d.stream);
         if (e) return (int)e;
         if ((e = cudaMemcpyAsync(h + wb + we + W, dout, wb * 8, cudaMemcpyDeviceToHost, d.stream))) return (int)e;
+        d.downloads += 1;
         int r = finish(d);
         if (!r)
             for (long long i = 0; i < cnt; ++i)
-                std::memcpy(out + (pt.lo + i) * L, h + wb + we + W + i * W, size_t(L) * 8);
+                std::memcpy(out + (lo + i) * L, h + wb + we + W + i * W, size_t(L) * 8);
         return r;
     });
 }

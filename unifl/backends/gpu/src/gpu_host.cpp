@@ -180,6 +180,27 @@ void check_priv_blob(const py::array &k, const char *fn) {
         bad_arg(fn, "key", "has inconsistent sizes");
 }
 
+// The key-owner blob: [ctx n²][ctx p²][ctx q²][Ln, n][Lp, p][Lq, q][(p²)^-1·Rq2 (Lq2)][R³ (L2)].
+void check_owner_blob(const py::array &k, const char *fn) {
+    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
+    const long long M = unifl_gpu::MAX_BLOB_LIMBS;
+    const int L2 = w.ctx("n²'s context"), Lp2 = w.ctx("p²'s context"), Lq2 = w.ctx("q²'s context");
+    const int Ln = (int)w.word(1, M, "Ln");
+    w.skip(Ln, "n");
+    const int Lp = (int)w.word(1, M, "Lp");
+    w.skip(Lp, "p");
+    const int Lq = (int)w.word(1, M, "Lq");
+    w.skip(Lq, "q");
+    w.skip(Lq2, "(p²)^-1 mod q²");
+    w.skip(L2, "R³ mod n²");
+    w.end();
+    // the body holds p² and q² numbers in arrays of their class and n²-size ones in twice that;
+    // p² <= q² lets x_p stand as a residue mod q²; n² (< p²·q²) fits Lp2 + Lq2 limbs
+    if ((L2 != 2 * Ln && L2 != 2 * Ln - 1) || Lp > Lp2 || Lq > Lq2 || Lp2 > Lq2 || L2 > Lp2 + Lq2 ||
+        !unifl_gpu::owner_lmax((const u64 *)k.data()))
+        bad_arg(fn, "key", "has inconsistent sizes");
+}
+
 u64 *mut(Limbs &a) { return a.mutable_data(); }
 
 // inputs are only read (the Batch views them in place in element-major mode)
@@ -293,6 +314,32 @@ Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int
     return out;
 }
 
+Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::array yq_, bool soa,
+                             int threads) {
+    const char *fn = "paillier_encrypt_owner";
+    check_owner_blob(owner_, fn);
+    Limbs owner = arr(owner_, fn, "key", {kAny});
+    const u64 *kb = owner.data();
+    const auto k = unifl_gpu::parse_owner(kb);
+    Limbs m = arr(m_, fn, "m", {kAny, k.Ln});
+    const long long n = m.shape(0);
+    Limbs yp = arr(yp_, fn, "yp", {n, k.Lp});
+    Limbs yq = arr(yq_, fn, "yq", {n, k.Lq});
+    Limbs out({(py::ssize_t)n, (py::ssize_t)k.n2.L});
+    {
+        py::gil_scoped_release nogil;
+        Batch M(ro(m), n, k.Ln, soa), P(ro(yp), n, k.Lp, soa), Q(ro(yq), n, k.Lq, soa),
+            O(mut(out), n, k.n2.L, soa);
+        need(UNIFL_WITH_LMAX(unifl_gpu::owner_lmax(kb), parallel_for(n, threads, [&](long long i) {
+                 unifl_gpu::body_paillier_encrypt_owner<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay,
+                                                            Q.ptr, Q.lay);
+             })),
+             "modulus wider than 8192 bits");
+        O.copy_out(mut(out));
+    }
+    return out;
+}
+
 Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads) {
     check_priv_blob(priv_, "paillier_decrypt");
     Limbs priv = arr(priv_, "paillier_decrypt", "key", {kAny});
@@ -326,6 +373,8 @@ PYBIND11_MODULE(_gpu_host, mod) {
             py::arg("soa"), py::arg("threads"));
     mod.def("paillier_encrypt", &paillier_encrypt, py::arg("pub"), py::arg("m"), py::arg("r"),
             py::arg("soa"), py::arg("threads"));
+    mod.def("paillier_encrypt_owner", &paillier_encrypt_owner, py::arg("owner"), py::arg("m"), py::arg("yp"),
+            py::arg("yq"), py::arg("soa"), py::arg("threads"));
     mod.def("paillier_decrypt", &paillier_decrypt, py::arg("priv"), py::arg("c"), py::arg("soa"),
             py::arg("threads"));
 }

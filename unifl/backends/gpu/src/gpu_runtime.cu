@@ -6,17 +6,22 @@
 // computes its instance index (one thread per instance) and calls the __host__ __device__ body of
 // kernels.cuh.
 //
-// Residency: every op returns a *device batch* (DBatch): n elements of L limbs that stay in device
-// memory, limb-major (limb j of 32 neighbouring elements is one coalesced 256-byte load for a warp),
-// split in chunks over the devices.  An op's operand is either such a batch (no copy at all: chained
-// SDK operations never leave the device) or host rows (staged through the device's pinned buffer into
-// its scratch arena and read there element-major by the kernel, so uploads need no transpose).  Only
-// unifl_gpu_batch_download copies back, after a device-side relayout to element-major rows.
+// One device per caller: a key is uploaded to one device, and every op runs on its key's device.
+// Splitting a batch over several GPUs is the scheduler's job (unifl.scheduler.multi, one gpu
+// backend instance per device), so there is one splitting policy, not two nested ones.
 //
-// Devices: found with cudaGetDeviceCount; per device one non-blocking stream, one pinned staging
-// buffer and one scratch arena (grown on demand, reused), and a stream-ordered pool for batch memory
-// (cudaMallocAsync).  A new batch is split over the devices, least-loaded first; an op on batches runs
-// each chunk on the chunk's device (one host thread per device when there are several).
+// Residency: every op returns a *device batch* (DBatch): n elements of L limbs that stay in the
+// memory of their device, limb-major (limb j of 32 neighbouring elements is one coalesced 256-byte
+// load for a warp).  An op's operand is either such a batch on the op's device (no copy at all:
+// chained SDK operations never leave the device) or host rows (staged through the device's pinned
+// buffer into its scratch arena and read there element-major by the kernel, so uploads need no
+// transpose).  Only unifl_gpu_batch_download copies back, after a device-side relayout to
+// element-major rows.  A batch on another device is refused (kErrLayout); the caller moves it.
+//
+// Per device, created on first use: one non-blocking stream, one pinned staging buffer and one
+// scratch arena (grown on demand, reused), a stream-ordered pool for batch memory (cudaMallocAsync),
+// and counters of kernel launches and host<->device copies (unifl_gpu_counters), which the tests
+// and benches read to check what an op costs in traffic.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,7 +30,6 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <thread>
 #include <vector>
 
 #include "kernels.cuh"
@@ -100,6 +104,14 @@ __global__ void k_encrypt(long long i0, long long n, const u64 *key, int key_len
 }
 
 template <int LM>
+__global__ void k_encrypt_owner(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lay_2,
+                                const u64 *m, Lay lay_m, const u64 *yp, Lay lay_p, const u64 *yq, Lay lay_q) {
+    const u64 *k = stage_key(key, key_len);
+    const long long i = i0 + instance();
+    if (i < n) unifl_gpu::body_paillier_encrypt_owner<LM>(i, k, out, lay_2, m, lay_m, yp, lay_p, yq, lay_q);
+}
+
+template <int LM>
 __global__ void k_decrypt(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lay_n, const u64 *c,
                           Lay lay_2) {
     const u64 *k = stage_key(key, key_len);
@@ -119,12 +131,9 @@ inline unsigned grid_size(long long n, int tpb) { return (unsigned)((n + tpb - 1
 // Exponentiation-class kernels run in waves of at most wave_size(LMAX) instances, one launch each.
 // Why: every thread keeps a 16-entry window table (16·LMAX limbs) and temporaries in local memory,
 // and past a point more threads in flight make throughput *drop* (their working set falls out of the
-// caches).  Measured on an H100, 65,536 instances (bench/bench_gpu_waves.py), waves of
-// none / 8192 / 16384 / 32768: 2048-bit ModExp 31.5k / 25.6k / 47.9k / 36.6k per s; Paillier
-// encryption, 1024-bit key 141.5k / 77.0k / 150.4k / 136.7k, 2048-bit key 8.1k / 10.5k / 18.8k /
-// 14.6k.  16384 was best for both limb classes measured (32 and 64); the 96/128-limb classes
-// (> 4096-bit moduli) were not measured and use the same.  UNIFL_GPU_WAVE overrides it (0: one
-// launch).
+// caches).  The sizes compared and the measurements behind 16384 are in docs/gpu.md ("Wave size");
+// the 96/128-limb classes (> 4096-bit moduli) were not measured and use the same.  UNIFL_GPU_WAVE
+// overrides it (0: one launch).
 long long g_wave_override = -1;
 
 inline long long wave_size(int /*lmax*/) {
@@ -132,29 +141,24 @@ inline long long wave_size(int /*lmax*/) {
     return 16384;
 }
 
-template <class Launch>
-void in_waves(long long n, int lmax, Launch launch) {
-    const long long w = wave_size(lmax);
-    for (long long i0 = 0; i0 < n; i0 += w) launch(i0, std::min(n, i0 + w) - i0);
-}
-
 // ------------------------------------------------------------------------------------- runtime
 constexpr int kErrSize = -1;      // a size outside what the kernels are instantiated for
-constexpr int kErrNoDevice = -2;  // no device initialised
+constexpr int kErrNoDevice = -2;  // no device initialised, or a device index out of range
 constexpr int kErrAlloc = -3;     // host allocation failed
-constexpr int kErrLayout = -4;    // device batches split differently over the devices
+constexpr int kErrLayout = -4;    // a device batch lives on another device than the op's key
 constexpr int kErrShape = -5;     // an operand's row or limb count does not fit the op
 constexpr int kMaxSharedKey = 48 * 1024;
 
 struct Device {
     int id = 0;
     cudaStream_t stream = nullptr;
-    std::mutex mu;                 // one op chunk at a time per device (pinned/arena reuse)
-    std::atomic<long long> load{0};
+    std::mutex mu;                 // one op at a time per device (pinned/arena reuse)
     u64 *pinned = nullptr;         // host staging (cudaHostAlloc)
     size_t pinned_words = 0;
     u64 *arena = nullptr;          // device scratch for staged host operands
     size_t arena_words = 0;
+    // traffic counters: kernel launches, host->device and device->host copies
+    std::atomic<long long> launches{0}, uploads{0}, downloads{0};
 
     cudaError_t reserve(size_t host_words, size_t dev_words) {
         cudaError_t e;
@@ -176,97 +180,61 @@ struct Device {
     }
 };
 
-std::vector<Device *> g_devices;
+int g_device_count = 0;
+std::vector<Device *> g_devices;   // index = CUDA device id; created on first use
+std::mutex g_devices_mu;
 std::once_flag g_init_once;
 int g_init_error = 0;
 
-void init_devices() {
+void init_runtime() {
     if (const char *w = std::getenv("UNIFL_GPU_WAVE")) g_wave_override = std::atoll(w);
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
+    cudaError_t e = cudaGetDeviceCount(&g_device_count);
     if (e != cudaSuccess) {
+        g_device_count = 0;
         g_init_error = (int)e;
         return;
     }
-    for (int d = 0; d < count; ++d) {
-        Device *dev = new (std::nothrow) Device();
-        if (!dev) {
-            g_init_error = kErrAlloc;
-            return;
-        }
-        dev->id = d;
-        if ((e = cudaSetDevice(d)) || (e = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking))) {
-            g_init_error = (int)e;
-            delete dev;
-            return;
-        }
-        g_devices.push_back(dev);
+    if (g_device_count <= 0) {
+        g_init_error = kErrNoDevice;
+        return;
     }
-    if (g_devices.empty()) g_init_error = kErrNoDevice;
+    g_devices.assign(size_t(g_device_count), nullptr);
 }
 
 int ensure_init() {
-    std::call_once(g_init_once, init_devices);
+    std::call_once(g_init_once, init_runtime);
     return g_init_error;
 }
 
-// A key blob on the host and on every device.
-struct Key {
-    std::vector<u64> host;
-    std::vector<u64 *> dev;
-    int lmax = 0;
-};
-
-// One part of a batch: elements [lo, hi) on one device.
-struct Part {
-    Device *dev;
-    long long lo, hi;
-};
-
-// Split n elements over the devices, least-loaded first (equal parts; a device's load is the number
-// of elements it has in flight from every caller).
-std::vector<Part> plan(long long n) {
-    std::vector<Device *> order(g_devices);
-    std::stable_sort(order.begin(), order.end(),
-                     [](Device *a, Device *b) { return a->load.load() < b->load.load(); });
-    const long long parts = std::min<long long>((long long)order.size(), std::max<long long>(n, 1));
-    const long long each = (n + parts - 1) / parts;
-    std::vector<Part> out;
-    for (long long p = 0, lo = 0; p < parts && lo < n; ++p, lo += each)
-        out.push_back(Part{order[p], lo, std::min(n, lo + each)});
-    return out;
-}
-
-// Runs fn(p) for every part p, on the part's device with its mutex held; one host thread per part
-// when there are several (devices run concurrently); returns the first error.
-template <class F>
-int run_on(std::vector<Part> &parts, F fn) {
-    std::vector<int> errs(parts.size(), 0);
-    auto one = [&](size_t p) {
-        Part &pt = parts[p];
-        std::lock_guard<std::mutex> lock(pt.dev->mu);
-        pt.dev->load += pt.hi - pt.lo;
-        cudaError_t e = cudaSetDevice(pt.dev->id);
-        errs[p] = e ? (int)e : fn(p);
-        pt.dev->load -= pt.hi - pt.lo;
-    };
-    if (parts.size() == 1) {
-        one(0);
-    } else {
-        std::vector<std::thread> threads;
-        for (size_t p = 0; p < parts.size(); ++p) threads.emplace_back(one, p);
-        for (auto &t : threads) t.join();
+// The Device of CUDA device `id`, its stream created on first use (a context is made only on the
+// devices an engine is opened on).
+int open_device(int id, Device **out) {
+    *out = nullptr;
+    int e = ensure_init();
+    if (e) return e;
+    if (id < 0 || id >= g_device_count) return kErrNoDevice;
+    std::lock_guard<std::mutex> g(g_devices_mu);
+    if (!g_devices[size_t(id)]) {
+        Device *dev = new (std::nothrow) Device();
+        if (!dev) return kErrAlloc;
+        dev->id = id;
+        cudaError_t ce;
+        if ((ce = cudaSetDevice(id)) || (ce = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking))) {
+            delete dev;
+            return (int)ce;
+        }
+        g_devices[size_t(id)] = dev;
     }
-    for (int e : errs)
-        if (e) return e;
+    *out = g_devices[size_t(id)];
     return 0;
 }
 
-// The host-array path of the optional CGBN build: fn(part) per device part of n elements.
+// Runs fn(device) with the device's mutex held and the device current on this thread.
 template <class F>
-int run_parts(long long n, F fn) {
-    std::vector<Part> parts = plan(n);
-    return run_on(parts, [&](size_t p) { return fn(parts[p]); });
+int on_device(Device &d, F fn) {
+    std::lock_guard<std::mutex> lock(d.mu);
+    cudaError_t e = cudaSetDevice(d.id);
+    return e ? (int)e : fn(d);
 }
 
 int finish(Device &d) {
@@ -275,59 +243,58 @@ int finish(Device &d) {
     return (int)cudaStreamSynchronize(d.stream);
 }
 
-// ---- device batches
-struct Chunk {
-    Device *dev;
-    long long lo, hi;
-    u64 *ptr = nullptr;  // limb-major: limb j of element lo + i at ptr[j·(hi − lo) + i]
+// Launch helper: counts the launch on the device.
+template <class Launch>
+void launch(Device &d, Launch l) {
+    l();
+    d.launches += 1;
+}
+
+template <class Launch>
+void in_waves(Device &d, long long n, int lmax, Launch l) {
+    const long long w = wave_size(lmax);
+    for (long long i0 = 0; i0 < n; i0 += w) launch(d, [&] { l(i0, std::min(n, i0 + w) - i0); });
+}
+
+// A key blob on the host and on its device.
+struct Key {
+    std::vector<u64> host;
+    Device *dev = nullptr;
+    u64 *ptr = nullptr;
+    int lmax = 0;
 };
 
+// ---- device batches: n elements of L limbs on one device, limb-major
+// (limb j of element i at ptr[j·n + i])
 struct DBatch {
     long long n = 0;
     int L = 0;
-    std::vector<Chunk> chunks;
+    Device *dev = nullptr;
+    u64 *ptr = nullptr;
 };
 
-Lay limb_major(const Chunk &c) { return Lay{1, c.hi - c.lo}; }
+Lay limb_major(const DBatch &b) { return Lay{1, b.n}; }
 
 void free_batch(DBatch *b) {
     if (!b) return;
-    for (Chunk &c : b->chunks)
-        if (c.ptr) {
-            cudaSetDevice(c.dev->id);
-            cudaFreeAsync(c.ptr, c.dev->stream);
-        }
+    if (b->ptr) {
+        cudaSetDevice(b->dev->id);
+        cudaFreeAsync(b->ptr, b->dev->stream);
+    }
     delete b;
 }
 
-
-// The chunking an op runs with: that of its first device-batch operand, else a fresh plan.
-std::vector<Part> parts_of(const DBatch *b) {
-    std::vector<Part> out;
-    for (const Chunk &c : b->chunks) out.push_back(Part{c.dev, c.lo, c.hi});
-    return out;
-}
-
-bool same_split(const DBatch *b, const std::vector<Part> &parts) {
-    if (b->chunks.size() != parts.size()) return false;
-    for (size_t p = 0; p < parts.size(); ++p)
-        if (b->chunks[p].dev != parts[p].dev || b->chunks[p].lo != parts[p].lo || b->chunks[p].hi != parts[p].hi)
-            return false;
-    return true;
-}
-
-// Where a kernel reads an operand for one chunk: its pointer and layout.
+// Where a kernel reads an operand: its pointer and layout.
 struct View {
     const u64 *ptr;
     Lay lay;
 };
 
-// Host operands of one chunk staged into the device arena: one memcpy into pinned memory and one
+// Host operands of an op staged into the device arena: one memcpy into pinned memory and one
 // host-to-device copy for all of them; each then reads element-major (Lay{limbs, 1}) or, for a shared
-// row, Lay{0, 1}.
-int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vector<View> &out,
+// row, Lay{0, 1}.  extra_dev_words: arena space the op needs after them.
+int stage(Device &d, long long cnt, const std::vector<const Operand *> &ops, std::vector<View> &out,
           size_t extra_dev_words = 0) {
-    const long long cnt = pt.hi - pt.lo;
     size_t total = 0;
     for (const Operand *o : ops) total += size_t(o->rows == 1 ? 1 : cnt) * o->limbs;
     cudaError_t e = d.reserve(std::max<size_t>(total, 1), total + extra_dev_words + 1);
@@ -336,8 +303,7 @@ int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vect
     out.clear();
     for (const Operand *o : ops) {
         const size_t rows = o->rows == 1 ? 1 : size_t(cnt);
-        const u64 *src = o->host + (o->rows == 1 ? 0 : pt.lo * (long long)o->limbs);
-        std::memcpy(d.pinned + off, src, rows * o->limbs * 8);
+        std::memcpy(d.pinned + off, o->host, rows * o->limbs * 8);
         View s;
         s.ptr = d.arena + off;
         s.lay.se = o->rows == 1 ? 0 : o->limbs;   // (a conditional of two Lay{...} crashes cicc 13.0)
@@ -345,73 +311,58 @@ int stage(Device &d, const Part &pt, std::vector<const Operand *> ops, std::vect
         out.push_back(s);
         off += rows * o->limbs;
     }
-    if (total && (e = cudaMemcpyAsync(d.arena, d.pinned, total * 8, cudaMemcpyHostToDevice, d.stream)))
-        return (int)e;
+    if (total) {
+        if ((e = cudaMemcpyAsync(d.arena, d.pinned, total * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
+        d.uploads += 1;
+    }
     return 0;
 }
 
-// Checks an operand against the op's element count, limb width and chunking; a batch operand gives
-// its chunk pointer directly.
-int check_operand(const Operand &o, long long n, int limbs, const std::vector<Part> &parts) {
+// Checks an operand against the op's element count, limb width and device.
+int check_operand(const Operand &o, long long n, int limbs, const Device &d) {
     if (o.batch) {
         const DBatch *b = (const DBatch *)o.batch;
         if (b->n != n || b->L != limbs) return kErrShape;
-        return same_split(b, parts) ? 0 : kErrLayout;
+        return b->dev == &d ? 0 : kErrLayout;
     }
     if (!o.host || (o.rows != 1 && o.rows != n) || o.limbs != limbs) return kErrShape;
     return 0;
 }
 
-// Allocates the output batch (limbs per element) with the op's chunking.
-DBatch *new_batch(long long n, int L, const std::vector<Part> &parts) {
-    DBatch *b = new (std::nothrow) DBatch();
-    if (!b) return nullptr;
-    b->n = n;
-    b->L = L;
-    for (const Part &p : parts) b->chunks.push_back(Chunk{p.dev, p.lo, p.hi, nullptr});
-    return b;
-}
-
-int alloc_chunk(Chunk &c, int L) {
-    return (int)cudaMallocAsync((void **)&c.ptr, size_t(c.hi - c.lo) * L * 8 + 8, c.dev->stream);
-}
-
-// Runs an op: chunking from `lead` (a batch of n elements), else from the first batch operand, else a
-// fresh plan of n; every operand checked; the output (out_L limbs) allocated; per chunk the host
-// operands staged and fn(part, output chunk, views) called, views[j] being where input j lies (its
-// own chunk for a batch operand, else its staged rows); *out set only on success.
+// Runs an op of n elements on device d: every operand checked; the output (out_L limbs) allocated;
+// the host operands staged; fn(device, output, views) called, views[j] being where input j lies
+// (its batch for a device batch, else its staged rows); *out set only on success.
 template <class F>
-int run_op(long long n, const DBatch *lead, std::vector<const Operand *> inputs, std::vector<int> widths,
-           int out_L, void **out, F fn) {
+int run_op(Device &d, long long n, std::vector<const Operand *> inputs, std::vector<int> widths, int out_L,
+           void **out, F fn) {
     *out = nullptr;
-    int e = ensure_init();
-    if (e) return e;
-    if (n <= 0 || out_L <= 0 || (lead && lead->n != n)) return kErrShape;
-    for (const Operand *o : inputs)
-        if (!lead && o->batch) lead = (const DBatch *)o->batch;
-    std::vector<Part> parts = lead ? parts_of(lead) : plan(n);
+    if (n <= 0 || out_L <= 0) return kErrShape;
+    int e;
     for (size_t j = 0; j < inputs.size(); ++j)
-        if ((e = check_operand(*inputs[j], n, widths[j], parts))) return e;
+        if ((e = check_operand(*inputs[j], n, widths[j], d))) return e;
     std::vector<const Operand *> hosts;
     for (const Operand *o : inputs)
         if (!o->batch) hosts.push_back(o);
-    DBatch *res = new_batch(n, out_L, parts);
+    DBatch *res = new (std::nothrow) DBatch();
     if (!res) return kErrAlloc;
-    e = run_on(parts, [&](size_t p) -> int {
+    res->n = n;
+    res->L = out_L;
+    res->dev = &d;
+    e = on_device(d, [&](Device &dv) -> int {
+        int r = (int)cudaMallocAsync((void **)&res->ptr, size_t(n) * out_L * 8 + 8, dv.stream);
         std::vector<View> staged, views;
-        int r = alloc_chunk(res->chunks[p], out_L);
-        if (!r) r = stage(*parts[p].dev, parts[p], hosts, staged);
+        if (!r) r = stage(dv, n, hosts, staged);
         if (r) return r;
         size_t next = 0;
         for (const Operand *o : inputs) {
             if (o->batch) {
-                const Chunk &c = ((const DBatch *)o->batch)->chunks[p];
-                views.push_back(View{c.ptr, limb_major(c)});
+                const DBatch *b = (const DBatch *)o->batch;
+                views.push_back(View{b->ptr, limb_major(*b)});
             } else {
                 views.push_back(staged[next++]);
             }
         }
-        return fn(parts[p], res->chunks[p], views);
+        return fn(dv, *res, views);
     });
     if (e) {
         free_batch(res);
@@ -431,15 +382,15 @@ int unifl_gpu_device_count(int *count) {
     *count = 0;
     int e = ensure_init();
     if (e) return e;
-    *count = (int)g_devices.size();
+    *count = g_device_count;
     return 0;
 }
 
 const char *unifl_gpu_error_string(int err) {
     if (err == kErrSize) return "operand size outside the instantiated kernels (up to 8192 bits)";
-    if (err == kErrNoDevice) return "no CUDA device";
+    if (err == kErrNoDevice) return "no such CUDA device";
     if (err == kErrAlloc) return "host allocation failed";
-    if (err == kErrLayout) return "device batches are split differently over the devices";
+    if (err == kErrLayout) return "a device batch lives on another device than the operation";
     if (err == kErrShape) return "operand rows or limbs do not fit the operation";
     return cudaGetErrorString((cudaError_t)err);
 }
@@ -453,34 +404,54 @@ int unifl_gpu_device_name(int dev, char *buf, int len) {
     return 0;
 }
 
-// kind: 0 ModCtx, 1 Paillier public key, 2 Paillier private key
-int unifl_gpu_key_upload(const u64 *blob, long long len, int kind, void **handle) {
-    *handle = nullptr;
+// Kernel launches, host->device copies and device->host copies on a device since it was opened
+// (key uploads included); zeros for a device not opened yet.
+int unifl_gpu_counters(int device, long long *out3) {
+    out3[0] = out3[1] = out3[2] = 0;
     int e = ensure_init();
+    if (e) return e;
+    if (device < 0 || device >= g_device_count) return kErrNoDevice;
+    std::lock_guard<std::mutex> g(g_devices_mu);
+    const Device *d = g_devices[size_t(device)];
+    if (d) {
+        out3[0] = d->launches.load();
+        out3[1] = d->uploads.load();
+        out3[2] = d->downloads.load();
+    }
+    return 0;
+}
+
+// kind: 0 ModCtx, 1 Paillier public key, 2 Paillier private key (decryption), 3 key-owner
+// encryption; uploaded to `device` only.
+int unifl_gpu_key_upload(const u64 *blob, long long len, int kind, int device, void **handle) {
+    *handle = nullptr;
+    Device *d;
+    int e = open_device(device, &d);
     if (e) return e;
     Key *k = new (std::nothrow) Key();
     if (!k) return kErrAlloc;
     k->host.assign(blob, blob + len);
+    k->dev = d;
     k->lmax = kind == 0 ? unifl_gpu::ctx_lmax(blob) : kind == 1 ? unifl_gpu::pub_lmax(blob)
-                                                                : unifl_gpu::priv_lmax(blob);
+              : kind == 2 ? unifl_gpu::priv_lmax(blob) : kind == 3 ? unifl_gpu::owner_lmax(blob) : 0;
     if (!k->lmax || len * 8 > kMaxSharedKey) {
         delete k;
         return kErrSize;
     }
-    for (Device *d : g_devices) {
-        u64 *p = nullptr;
+    e = on_device(*d, [&](Device &dv) -> int {
         cudaError_t ce;
-        if ((ce = cudaSetDevice(d->id)) || (ce = cudaMalloc((void **)&p, len * 8)) ||
-            (ce = cudaMemcpy(p, blob, len * 8, cudaMemcpyHostToDevice))) {
-            if (p) cudaFree(p);
-            for (size_t j = 0; j < k->dev.size(); ++j) {
-                cudaSetDevice(g_devices[j]->id);
-                cudaFree(k->dev[j]);
-            }
-            delete k;
-            return (int)ce;
+        if ((ce = cudaMalloc((void **)&k->ptr, len * 8))) return (int)ce;
+        if ((ce = cudaMemcpy(k->ptr, blob, len * 8, cudaMemcpyHostToDevice))) return (int)ce;
+        dv.uploads += 1;
+        return 0;
+    });
+    if (e) {
+        if (k->ptr) {
+            cudaSetDevice(d->id);
+            cudaFree(k->ptr);
         }
-        k->dev.push_back(p);
+        delete k;
+        return e;
     }
     *handle = k;
     return 0;
@@ -489,72 +460,73 @@ int unifl_gpu_key_upload(const u64 *blob, long long len, int kind, void **handle
 void unifl_gpu_key_free(void *handle) {
     Key *k = (Key *)handle;
     if (!k) return;
-    for (size_t j = 0; j < k->dev.size(); ++j) {
-        cudaSetDevice(g_devices[j]->id);
-        cudaFree(k->dev[j]);
+    if (k->ptr) {
+        cudaSetDevice(k->dev->id);
+        cudaFree(k->ptr);
     }
     delete k;
 }
 
 // ---- device batches: upload, download, shape, free
-// rows (n, L) element-major host -> a new device batch, split like `like` (a batch of n elements)
-// or over the devices (like == null).
-int unifl_gpu_batch_upload(const u64 *host, long long n, int L, void *like, void **out) {
+// rows (n, L) element-major host -> a new device batch on `device`.
+int unifl_gpu_batch_upload(const u64 *host, long long n, int L, int device, void **out) {
+    *out = nullptr;
+    Device *d;
+    int e = open_device(device, &d);
+    if (e) return e;
     Operand src{nullptr, host, n, L};
-    return run_op(n, (const DBatch *)like, {&src}, {L}, L, out,
-                  [&](const Part &pt, Chunk &c, const std::vector<View> &v) -> int {
-                      const long long cnt = c.hi - c.lo;
-                      k_relayout<<<grid_size(cnt, 256), 256, 0, pt.dev->stream>>>(cnt, L, c.ptr, limb_major(c),
-                                                                                  v[0].ptr, v[0].lay);
-                      return finish(*pt.dev);
-                  });
+    return run_op(*d, n, {&src}, {L}, L, out, [&](Device &dv, DBatch &o, const std::vector<View> &v) -> int {
+        launch(dv, [&] {
+            k_relayout<<<grid_size(n, 256), 256, 0, dv.stream>>>(n, L, o.ptr, limb_major(o), v[0].ptr, v[0].lay);
+        });
+        return finish(dv);
+    });
 }
 
-// device batch -> (n, L) element-major host rows (relayout on the device, then one copy per chunk).
+// device batch -> (n, L) element-major host rows (relayout on the device, then one copy).
 int unifl_gpu_batch_download(void *batch, u64 *host) {
     DBatch *b = (DBatch *)batch;
-    std::vector<Part> parts = parts_of(b);
+    const long long n = b->n;
     const int L = b->L;
-    return run_on(parts, [&](size_t p) -> int {
-        Chunk &c = b->chunks[p];
-        Device &d = *c.dev;
-        const long long cnt = c.hi - c.lo;
-        const size_t w = size_t(cnt) * L;
+    return on_device(*b->dev, [&](Device &d) -> int {
+        const size_t w = size_t(n) * L;
         cudaError_t e = d.reserve(w, w);
         if (e) return (int)e;
-        k_relayout<<<grid_size(cnt, 256), 256, 0, d.stream>>>(cnt, L, d.arena, Lay{L, 1}, c.ptr, limb_major(c));
+        launch(d, [&] {
+            k_relayout<<<grid_size(n, 256), 256, 0, d.stream>>>(n, L, d.arena, Lay{L, 1}, b->ptr, limb_major(*b));
+        });
         if ((e = cudaMemcpyAsync(d.pinned, d.arena, w * 8, cudaMemcpyDeviceToHost, d.stream))) return (int)e;
+        d.downloads += 1;
         int r = finish(d);
-        if (!r) std::memcpy(host + c.lo * (long long)L, d.pinned, w * 8);
+        if (!r) std::memcpy(host, d.pinned, w * 8);
         return r;
     });
 }
 
-// n, L and the number of chunks (devices) of a batch.
-void unifl_gpu_batch_shape(void *batch, long long *n, int *L, int *chunks) {
+// n, L and the device of a batch.
+void unifl_gpu_batch_shape(void *batch, long long *n, int *L, int *device) {
     const DBatch *b = (const DBatch *)batch;
     *n = b->n;
     *L = b->L;
-    *chunks = (int)b->chunks.size();
+    *device = b->dev->id;
 }
 
 void unifl_gpu_batch_free(void *batch) { free_batch((DBatch *)batch); }
 
-// ---- ops: every result is a new device batch (*out)
+// ---- ops: every result is a new device batch (*out) on the key's device
 // out = a·b·R^-1 (mode 0) or a·b mod m (mode 1); b may be one shared host row.
 int unifl_gpu_mul(void *key, Operand a, Operand b, long long n, int mode, void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
-    return run_op(n, nullptr, {&a, &b}, {L, L}, L, out, [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
-        Device &d = *pt.dev;
+    return run_op(*k.dev, n, {&a, &b}, {L, L}, L, out, [&](Device &d, DBatch &o, const std::vector<View> &v) {
         const View &va = v[0], &vb = v[1];
-        const long long cnt = pt.hi - pt.lo;
-        const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            k_mul<LM><<<grid_size(cnt, tpb), tpb, kl * 8, d.stream>>>(cnt, kd, kl, o.ptr, limb_major(o), va.ptr,
-                                                                      va.lay, vb.ptr, vb.lay, mode);
+            launch(d, [&] {
+                k_mul<LM><<<grid_size(n, tpb), tpb, kl * 8, d.stream>>>(n, k.ptr, kl, o.ptr, limb_major(o), va.ptr,
+                                                                        va.lay, vb.ptr, vb.lay, mode);
+            });
         });
         return ok ? finish(d) : kErrSize;
     });
@@ -566,17 +538,14 @@ int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, 
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
     if (exps.batch) return kErrShape;
-    return run_op(n, nullptr, {&base, &exps}, {L, exps.limbs}, L, out,
-                  [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
-        Device &d = *pt.dev;
+    return run_op(*k.dev, n, {&base, &exps}, {L, exps.limbs}, L, out,
+                  [&](Device &d, DBatch &o, const std::vector<View> &v) {
         const View &vb = v[0], &ve = v[1];
-        const long long cnt = pt.hi - pt.lo;
-        const u64 *kd = k.dev[d.id];
         const int shared = exps.rows == 1 && n != 1;
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            in_waves(cnt, LM, [&](long long i0, long long w) {
-                k_exp<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, cnt, kd, kl, o.ptr, limb_major(o),
+            in_waves(d, n, LM, [&](long long i0, long long w) {
+                k_exp<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, n, k.ptr, kl, o.ptr, limb_major(o),
                                                                         vb.ptr, vb.lay, ve.ptr, exps.limbs, shared,
                                                                         mode);
             });
@@ -586,65 +555,62 @@ int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, 
 }
 
 // out[kk] = prod_i bases_i^exps[kk, i] (Montgomery form), kk < K (UniFL Alg. 5).  exps: host
-// (K, N, le).  Host bases: K split over the devices, every part stages all N bases.  Batch bases
-// (one chunk): on that chunk's device; several chunks: kErrLayout (the caller fetches them).
+// (K, N, le), staged with the bases (host bases) into the arena, followed by the K·N scratch.
 int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, long long K, int le,
                         void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     const int kl = (int)k.host.size();
     *out = nullptr;
-    int e0 = ensure_init();
-    if (e0) return e0;
     if (N <= 0 || K <= 0) return kErrShape;
-    std::vector<Part> parts;
     if (bases.batch) {
         const DBatch *b = (const DBatch *)bases.batch;
         if (b->n != N || b->L != L) return kErrShape;
-        if (b->chunks.size() != 1) return kErrLayout;
-        parts.push_back(Part{b->chunks[0].dev, 0, K});
-    } else {
-        if (!bases.host || bases.rows != N || bases.limbs != L) return kErrShape;
-        parts = plan(K);
+        if (b->dev != k.dev) return kErrLayout;
+    } else if (!bases.host || bases.rows != N || bases.limbs != L) {
+        return kErrShape;
     }
-    DBatch *res = new_batch(K, L, parts);
+    DBatch *res = new (std::nothrow) DBatch();
     if (!res) return kErrAlloc;
-    int e = run_on(parts, [&](size_t p) -> int {
-        Part &pt = parts[p];
-        Device &d = *pt.dev;
-        Chunk &o = res->chunks[p];
-        int r = alloc_chunk(o, L);
+    res->n = K;
+    res->L = L;
+    res->dev = k.dev;
+    int e = on_device(*k.dev, [&](Device &d) -> int {
+        int r = (int)cudaMallocAsync((void **)&res->ptr, size_t(K) * L * 8 + 8, d.stream);
         if (r) return r;
-        const long long rows = pt.hi - pt.lo, S = rows * N;
-        // staged: the exponents of rows [lo, hi) and (host bases) all N bases, as one part of N·rows
-        Operand ex{nullptr, exps + pt.lo * N * le, 1, int(S * le)};
+        const long long S = K * N;
+        // staged as one shared "row" each: the exponents of every row and (host bases) all N bases
+        Operand ex{nullptr, exps, 1, int(S * le)};
         Operand hb{nullptr, bases.host, 1, int(N * L)};
         std::vector<View> st;
         std::vector<const Operand *> hs{&ex};
         if (!bases.batch) hs.push_back(&hb);
         const size_t ws = size_t(S) * L;
-        r = stage(d, pt, hs, st, ws);
+        r = stage(d, 1, hs, st, ws);
         if (r) return r;
-        const u64 *bptr = bases.batch ? ((const DBatch *)bases.batch)->chunks[0].ptr : st[1].ptr;
+        const u64 *bptr = bases.batch ? ((const DBatch *)bases.batch)->ptr : st[1].ptr;
         const Lay lay_b = bases.batch ? Lay{1, N} : Lay{L, 1};
         u64 *scratch = d.arena + size_t(S) * le + (bases.batch ? 0 : size_t(N) * L);
         const Lay lay_s{1, S};
-        const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            in_waves(S, LM, [&](long long i0, long long w) {
-                k_powers<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, S, kd, kl, scratch, lay_s, bptr,
+            in_waves(d, S, LM, [&](long long i0, long long w) {
+                k_powers<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, S, k.ptr, kl, scratch, lay_s, bptr,
                                                                            lay_b, st[0].ptr, le, N);
             });
             for (long long cnt = N; cnt > 1; cnt = (cnt + 1) / 2) {
-                const long long inst = rows * (cnt - (cnt + 1) / 2);
-                k_prod_round<LM><<<grid_size(inst, tpb), tpb, kl * 8, d.stream>>>(inst, kd, kl, scratch, lay_s,
-                                                                                  N, cnt);
+                const long long inst = K * (cnt - (cnt + 1) / 2);
+                launch(d, [&] {
+                    k_prod_round<LM><<<grid_size(inst, tpb), tpb, kl * 8, d.stream>>>(inst, k.ptr, kl, scratch,
+                                                                                      lay_s, N, cnt);
+                });
             }
         });
         if (!ok) return kErrSize;
-        // element kk·N of the scratch is row kk's product: gather them into the output chunk
-        k_relayout<<<grid_size(rows, 256), 256, 0, d.stream>>>(rows, L, o.ptr, limb_major(o), scratch, Lay{N, S});
+        // element kk·N of the scratch is row kk's product: gather them into the output
+        launch(d, [&] {
+            k_relayout<<<grid_size(K, 256), 256, 0, d.stream>>>(K, L, res->ptr, limb_major(*res), scratch, Lay{N, S});
+        });
         return finish(d);
     });
     if (e) {
@@ -661,16 +627,36 @@ int unifl_gpu_paillier_encrypt(void *pub, Operand m, Operand r, long long n, voi
     const unifl_gpu::PubKey pk = unifl_gpu::parse_pub(k.host.data());
     const int Ln = pk.Ln, L2 = pk.n2.L;
     const int kl = (int)k.host.size();
-    return run_op(n, nullptr, {&m, &r}, {Ln, Ln}, L2, out, [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
-        Device &d = *pt.dev;
+    return run_op(*k.dev, n, {&m, &r}, {Ln, Ln}, L2, out, [&](Device &d, DBatch &o, const std::vector<View> &v) {
         const View &vm = v[0], &vr = v[1];
-        const long long cnt = pt.hi - pt.lo;
-        const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            in_waves(cnt, LM, [&](long long i0, long long w) {
-                k_encrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, cnt, kd, kl, o.ptr, limb_major(o),
+            in_waves(d, n, LM, [&](long long i0, long long w) {
+                k_encrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, n, k.ptr, kl, o.ptr, limb_major(o),
                                                                             vm.ptr, vm.lay, vr.ptr, vr.lay);
+            });
+        });
+        return ok ? finish(d) : kErrSize;
+    });
+}
+
+// Key-owner encryption with the CRT (body_paillier_encrypt_owner): m (n, Ln), yp (n, Lp),
+// yq (n, Lq); out (n, L2), Montgomery form mod n².  Both halves, the combine and the finish in one
+// kernel launch (per wave); the three operands staged in one copy when they come from the host.
+int unifl_gpu_paillier_encrypt_owner(void *owner, Operand m, Operand yp, Operand yq, long long n, void **out) {
+    Key &k = *(Key *)owner;
+    const unifl_gpu::OwnerKey ok_ = unifl_gpu::parse_owner(k.host.data());
+    const int kl = (int)k.host.size();
+    return run_op(*k.dev, n, {&m, &yp, &yq}, {ok_.Ln, ok_.Lp, ok_.Lq}, ok_.n2.L, out,
+                  [&](Device &d, DBatch &o, const std::vector<View> &v) {
+        const View &vm = v[0], &vp = v[1], &vq = v[2];
+        const bool ok = UNIFL_WITH_LMAX(k.lmax, {
+            // the local frame is that of the half-size class LM (its window table) plus a few
+            // numbers of the full size 2·LM
+            const int tpb = block_size(LM);
+            in_waves(d, n, LM, [&](long long i0, long long w) {
+                k_encrypt_owner<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
+                    i0, n, k.ptr, kl, o.ptr, limb_major(o), vm.ptr, vm.lay, vp.ptr, vp.lay, vq.ptr, vq.lay);
             });
         });
         return ok ? finish(d) : kErrSize;
@@ -683,15 +669,12 @@ int unifl_gpu_paillier_decrypt(void *priv, Operand c, long long n, void **out) {
     const unifl_gpu::PrivKey sk = unifl_gpu::parse_priv(k.host.data());
     const int Ln = sk.Ln, L2 = sk.L2;
     const int kl = (int)k.host.size();
-    return run_op(n, nullptr, {&c}, {L2}, Ln, out, [&](const Part &pt, Chunk &o, const std::vector<View> &v) {
-        Device &d = *pt.dev;
+    return run_op(*k.dev, n, {&c}, {L2}, Ln, out, [&](Device &d, DBatch &o, const std::vector<View> &v) {
         const View &vc = v[0];
-        const long long cnt = pt.hi - pt.lo;
-        const u64 *kd = k.dev[d.id];
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
-            in_waves(cnt, LM, [&](long long i0, long long w) {
-                k_decrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, cnt, kd, kl, o.ptr, limb_major(o),
+            in_waves(d, n, LM, [&](long long i0, long long w) {
+                k_decrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, n, k.ptr, kl, o.ptr, limb_major(o),
                                                                             vc.ptr, vc.lay);
             });
         });

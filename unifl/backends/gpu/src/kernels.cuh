@@ -18,6 +18,8 @@
 //            [p^-1 mod 2^(64·Lp) (Lp)][q^-1 mod 2^(64·Lq) (Lq)][h_p·Rp² mod p (Lp)][h_q·Rq mod q (Lq)]
 //            [Kpq, Wpq (Kpq·Lp)][q^-1 mod p (Lp)][q (Lq)][Ln]
 //   with Wp_j = Rp2^(j+2)·R_{n²}^-1 mod p² (leaves n²'s domain, enters p²'s), Wpq_j = Rp^(j+2) mod p.
+//   OwnerKey [ModCtx n²][ModCtx p²][ModCtx q²][Ln, n (Ln)][Lp, p (Lp)][Lq, q (Lq)]
+//            [(p²)^-1·Rq2 mod q² (Lq2)][R³ mod n² (L2)]     (key-owner encryption, p < q)
 //
 // Size classes.  LMAX (array capacity) is a template parameter instantiated for 16, 32, 48, 64, 96
 // and 128 limbs; a modulus of L limbs runs in the smallest class >= L (any 64..8192-bit modulus).
@@ -111,6 +113,32 @@ UNIFL_HD PrivKey parse_priv(const u64 *p) {
     return k;
 }
 
+struct OwnerKey {
+    ModCtx n2, p2, q2;
+    int Ln, Lp, Lq;
+    const u64 *n, *p, *q, *psqinv, *r3;
+};
+
+UNIFL_HD OwnerKey parse_owner(const u64 *p) {
+    OwnerKey k;
+    k.n2 = parse_ctx(p);
+    k.p2 = parse_ctx(p);
+    k.q2 = parse_ctx(p);
+    k.Ln = (int)*p++;
+    k.n = p;
+    p += k.Ln;
+    k.Lp = (int)*p++;
+    k.p = p;
+    p += k.Lp;
+    k.Lq = (int)*p++;
+    k.q = p;
+    p += k.Lq;
+    k.psqinv = p;
+    p += k.q2.L;
+    k.r3 = p;
+    return k;
+}
+
 // Largest limb count of any number in a key blob (the 8192-bit class).
 constexpr int MAX_BLOB_LIMBS = 128;
 
@@ -130,6 +158,16 @@ inline int priv_lmax(const u64 *blob) {
     if (k.q2.L > L) L = k.q2.L;
     if (k.Ln > L) L = k.Ln;
     return lmax_class(L);
+}
+
+// The owner body's class is that of the half-size moduli p², q²; its full-size numbers (n², of at
+// most Lp2 + Lq2 limbs) live in arrays of twice that.  0 when the sizes do not fit that scheme.
+inline int owner_lmax(const u64 *blob) {
+    OwnerKey k = parse_owner(blob);
+    const int L = k.p2.L > k.q2.L ? k.p2.L : k.q2.L;
+    const int c = lmax_class(L);
+    if (!c || k.n2.L > 2 * c || k.Ln > k.n2.L || k.Lp > k.p2.L || k.Lq > k.q2.L || k.p2.L > k.q2.L) return 0;
+    return c;
 }
 
 // Calls `body` with a compile-time LM equal to the runtime class `lmax`; returns false if none.
@@ -205,6 +243,62 @@ UNIFL_HD void body_paillier_encrypt(long long i, const u64 *key, u64 *out, Lay l
     }
     to_mont<LMAX>(g, g, k.n2);
     mm<LMAX>(g, g, t, k.n2);                          // (1 + m·n)·r^n·R
+    store(out, g, lay_2, i, L2);
+}
+
+// Key-owner encryption with the CRT, one instance per element:
+//   x_p = y_p^p mod p², x_q = y_q^q mod q²            (half-size moduli, exponents of n/2 bits)
+//   x   = x_p + p²·((x_q − x_p)·(p²)^-1 mod q²)       (Garner; x_p < p² < q² needs no reduction)
+//   c̄   = (1 + m·n)·x·R mod n²                        (MontMult(g, x) = g·x·R^-1, then ·R³)
+// m (Ln limbs, lay_m), yp (Lp, lay_p), yq (Lq, lay_q); out: L2 limbs (lay_2), Montgomery form as the
+// SDK keeps ciphertexts.  LMAX is the class of p² and q² (the window tables of the two ModExps);
+// n²-size numbers use 2·LMAX.  Not constant time (see bn_core.cuh): the exponentiation skips zero
+// digits of p and q, the same for every lane, so there is no divergence but the time follows them.
+template <int LMAX>
+UNIFL_HD void body_paillier_encrypt_owner(long long i, const u64 *key, u64 *out, Lay lay_2, const u64 *m,
+                                          Lay lay_m, const u64 *yp, Lay lay_p, const u64 *yq, Lay lay_q) {
+    constexpr int W = 2 * LMAX;
+    const OwnerKey k = parse_owner(key);
+    const int Lp2 = k.p2.L, Lq2 = k.q2.L, L2 = k.n2.L;
+    u64 xp[LMAX], xq[LMAX];
+    set_zero(xp, Lp2);
+    load(xp, yp, lay_p, i, k.Lp);
+    to_mont<LMAX>(xp, xp, k.p2);
+    mont_exp<LMAX>(xp, xp, k.p, k.Lp, k.p2);
+    from_mont<LMAX>(xp, xp, k.p2);                        // y_p^p mod p²
+    set_zero(xq, Lq2);
+    load(xq, yq, lay_q, i, k.Lq);
+    to_mont<LMAX>(xq, xq, k.q2);
+    mont_exp<LMAX>(xq, xq, k.q, k.Lq, k.q2);
+    from_mont<LMAX>(xq, xq, k.q2);                        // y_q^q mod q²
+    {
+        u64 t[LMAX];
+        set_zero(t, Lq2);
+        copy(t, xp, Lp2);
+        mod_sub(xq, xq, t, k.q2.m, Lq2);                  // x_q − x_p mod q²
+        mm<LMAX>(xq, xq, k.psqinv, k.q2);                 // ·(p²)^-1 mod q², plain
+    }
+    u64 x[W], g[W];
+    mul_low(x, L2, k.p2.m, Lp2, xq, Lq2);                 // p²·t < n²: exact in L2 limbs
+    u64 carry = 0;
+    for (int j = 0; j < L2; ++j) {                        // + x_p, still < n²
+        const u64 a = j < Lp2 ? xp[j] : 0;
+        u64 s = x[j] + carry;
+        const u64 c1 = (s < carry);
+        s += a;
+        carry = c1 | (s < a);
+        x[j] = s;
+    }
+    {
+        u64 v[W];
+        load(v, m, lay_m, i, k.Ln);
+        mul_low(g, L2, v, k.Ln, k.n, k.Ln);               // m·n < n²
+    }
+    for (int j = 0; j < L2; ++j) {                        // + 1
+        if (++g[j] != 0) break;
+    }
+    mm<W>(g, g, x, k.n2);                                 // g·x·R^-1
+    mm<W>(g, g, k.r3, k.n2);                              // g·x·R
     store(out, g, lay_2, i, L2);
 }
 

@@ -722,24 +722,109 @@ Limbs prod_groups(const Modulus &M, py::array a_, py::array groups_, int64_t G, 
     return out;
 }
 
+// ---------------------------------------------------------------- DJN fixed-base comb
+// A comb table of one base on one modulus: entry (j, d) = base^(d·2^(w·j)) in Montgomery form, for
+// d = 1 .. 2^w − 1, so base^a = ∏_j entry(j, digit_j(a)) costs one MontMult per non-zero w-bit digit
+// of a and no squaring.  Built whole, then published as an immutable snapshot (shared_ptr<const>):
+// an encryption takes a reference to the current snapshot, so setting a new table while another
+// thread encrypts never frees or changes the entries that thread reads.
+//
+// Layout: one contiguous array of L-limb entries, not one BIGNUM per entry.  The table is large
+// (tens of MB) and read at random, so each lookup misses the caches; a BIGNUM per entry made that
+// two dependent misses (the BIGNUM, then its limbs) and left nothing to prefetch.  With flat entries
+// comb_pow computes every address first and prefetches a few entries ahead of the multiplications,
+// which overlaps the misses with the arithmetic.
+struct CombTable {
+    int w = 0, nwin = 0, limbs = 0;
+    std::vector<u64> data;
+    const u64 *entry(int j, u64 d) const {
+        return data.data() + ((size_t(j) * ((size_t(1) << w) - 1)) + size_t(d - 1)) * size_t(limbs);
+    }
+};
+
+// Build the table of base_mont (Montgomery form mod M) for exponents of up to exp_bits bits.
+// Call without the GIL.  The window bases base^(2^(w·j)) take w squarings each (sequential,
+// nwin·w ≈ exp_bits squarings), then the 2^w − 2 multiples of every window run on the pool.
+std::shared_ptr<const CombTable> comb_build(const Modulus &M, const BIGNUM *base_mont, int exp_bits,
+                                            int window, int threads) {
+    auto t = std::make_shared<CombTable>();
+    t->w = window;
+    t->nwin = (exp_bits + window - 1) / window;
+    t->limbs = M.limbs;
+    const size_t per = (size_t(1) << window) - 1;
+    const int nwin = t->nwin;
+    const int L = M.limbs;
+    t->data.assign(size_t(nwin) * per * size_t(L), 0);
+    std::vector<Bn> bases(static_cast<size_t>(nwin));
+    {
+        Ctx ctx;
+        BN_copy(bases[0], base_mont);
+        for (int j = 1; j < nwin; ++j) {
+            M.mul(bases[j], bases[j - 1], bases[j - 1], ctx);
+            for (int q = 1; q < window; ++q) M.mul(bases[j], bases[j], bases[j], ctx);
+        }
+    }
+    u64 *out = t->data.data();
+    parallel_for(size_t(nwin), threads, 1, [&](size_t s, size_t e) {
+        Ctx c2;
+        Bn acc;
+        for (size_t j = s; j < e; ++j) {
+            BN_copy(acc, bases[j]);
+            store(acc, out + (j * per) * size_t(L), L);
+            for (size_t d = 1; d < per; ++d) {
+                M.mul(acc, acc, bases[j], c2);
+                store(acc, out + (j * per + d) * size_t(L), L);
+            }
+        }
+    });
+    return t;
+}
+
+// acc = base^a (Montgomery form) from the comb table; a longer than the table covers is refused.
+// sel is the caller's scratch (one per thread, reused across elements).
+void comb_pow(const Modulus &M, const CombTable &t, const Exponent &ex, BIGNUM *acc, BIGNUM *tmp,
+              std::vector<const u64 *> &sel, BN_CTX *ctx) {
+    if (ex.bits() > t.nwin * t.w) throw std::invalid_argument("fixed-base exponent too long");
+    sel.clear();
+    for (int j = 0; j < t.nwin; ++j) {
+        const u64 d = ex.digit(j * t.w, t.w);
+        if (d) sel.push_back(t.entry(j, d));
+    }
+    if (sel.empty()) {
+        BN_copy(acc, M.one_mont);
+        return;
+    }
+    const int L = t.limbs;
+    constexpr size_t kAhead = 4;   // entries in flight: a few MontMults cover a memory round trip
+    auto prefetch = [&](size_t k) {
+        if (k >= sel.size()) return;
+        for (int l = 0; l < L; l += 8) __builtin_prefetch(sel[k] + l);   // one 64-byte line per 8 limbs
+    };
+    for (size_t k = 0; k < kAhead; ++k) prefetch(k);
+    load(acc, sel[0], L);
+    for (size_t k = 1; k < sel.size(); ++k) {
+        prefetch(k + kAhead - 1);
+        load(tmp, sel[k], L);
+        M.mul(acc, acc, tmp, ctx);
+    }
+}
+
+void check_comb_args(const char *fn, int exp_bits, int window, int limbs) {
+    if (window < 1 || window > 16)
+        throw std::invalid_argument(std::string(fn) + ": window must be in [1, 16], got " + std::to_string(window));
+    if (exp_bits < 1 || exp_bits > 64 * limbs)
+        throw std::invalid_argument(std::string(fn) + ": exp_bits must be in [1, " + std::to_string(64 * limbs) +
+                                    "], got " + std::to_string(exp_bits));
+}
+
 // ---------------------------------------------------------------- Paillier
 // Public key: n, n²; ciphertexts in Montgomery form mod n².  g = n + 1, so g^m = 1 + m·n mod n².
 struct PaillierPublic {
     std::shared_ptr<Modulus> nsq;
     int n_limbs;
     Bn n;
-
-    // fixed-base (DJN) comb table: tab[j·(2^w-1) + d-1] = hs^(d·2^(w·j)) in Montgomery form.  Built
-    // whole, then published as an immutable snapshot: an encryption takes a reference to the current
-    // snapshot, so setting a new table while another thread encrypts never frees or changes the
-    // entries that thread reads.  (The Python side holds the key's state_lock while it checks and
-    // builds, so one key's table is built once.)
-    struct FixedBaseTable {
-        int w = 0, nwin = 0;
-        std::vector<Bn> tab;
-    };
     mutable std::mutex fb_mu;
-    std::shared_ptr<const FixedBaseTable> fb;
+    std::shared_ptr<const CombTable> fb;  // the DJN comb of hs mod n² (set_fixed_base)
 
     PaillierPublic(std::shared_ptr<Modulus> nsq_, py::array n_arr) : nsq(std::move(nsq_)), n_limbs(0) {
         if (!nsq) throw std::invalid_argument("PaillierPublic: argument 'nsq' is None");
@@ -757,11 +842,16 @@ struct PaillierPublic {
         if (BN_ucmp(sq, nsq->m) != 0) bad_arg("PaillierPublic", "n", "does not square to the modulus nsq");
     }
 
+    // tmp = g^m = 1 + m·n (< n² for m < n)
+    void g_of(BIGNUM *tmp, const BIGNUM *m, BN_CTX *ctx) const {
+        ok(BN_mul(tmp, m, n, ctx), "mul");
+        ok(BN_add_word(tmp, 1), "add_word");
+    }
+
     // c̄ = (1 + m·n)·obf  where obf is r^n (Montgomery form) -- two MontMults:
     // MontMult(g^m, obf̄) = g^m·obf (plain), then ·R² to re-enter the domain.
     void finish(BIGNUM *out, const BIGNUM *m, const BIGNUM *obf_mont, BN_CTX *ctx, BIGNUM *tmp) const {
-        ok(BN_mul(tmp, m, n, ctx), "mul");
-        ok(BN_add_word(tmp, 1), "add_word");
+        g_of(tmp, m, ctx);
         nsq->mul(out, tmp, obf_mont, ctx);
         nsq->mul(out, out, nsq->rr, ctx);
     }
@@ -796,47 +886,28 @@ struct PaillierPublic {
         const char *fn = "PaillierPublic.set_fixed_base";
         threads_arg(threads, fn);
         Limbs hs_mont = limbs_arg(hs_arr, fn, "hs_mont", {nsq->limbs});
-        if (window < 1 || window > 16) throw std::invalid_argument("window must be in [1, 16]");
-        if (exp_bits < 1 || exp_bits > 64 * nsq->limbs)
-            throw std::invalid_argument(std::string(fn) + ": exp_bits must be in [1, " +
-                                        std::to_string(64 * nsq->limbs) + "], got " + std::to_string(exp_bits));
-        auto t = std::make_shared<FixedBaseTable>();
-        t->w = window;
-        t->nwin = (exp_bits + window - 1) / window;
-        size_t per = (size_t(1) << window) - 1;
-        int nwin = t->nwin;
-        t->tab = std::vector<Bn>(size_t(nwin) * per);
-        std::vector<Bn> &tab = t->tab;
+        check_comb_args(fn, exp_bits, window, nsq->limbs);
+        std::shared_ptr<const CombTable> t;
         {
             py::gil_scoped_release nogil;
-            // the window bases hs^(2^(w·j)) by w squarings each (sequential, nwin·w ~ exp_bits
-            // squarings), then the (2^w − 2) multiples of every window on the thread pool
-            Ctx ctx;
-            load(tab[0], hs_mont.data(), nsq->limbs);
-            for (int j = 1; j < nwin; ++j) {
-                nsq->mul(tab[j * per], tab[(j - 1) * per], tab[(j - 1) * per], ctx);
-                for (int q = 1; q < window; ++q) nsq->mul(tab[j * per], tab[j * per], tab[j * per], ctx);
-            }
-            parallel_for(size_t(nwin), threads, 1, [&](size_t s, size_t e) {
-                Ctx c2;
-                for (size_t j = s; j < e; ++j)
-                    for (size_t d = 1; d < per; ++d)
-                        nsq->mul(tab[j * per + d], tab[j * per + d - 1], tab[j * per], c2);
-            });
+            Bn hs;
+            load(hs, hs_mont.data(), nsq->limbs);
+            t = comb_build(*nsq, hs, exp_bits, window, threads);
         }
         std::lock_guard<std::mutex> g(fb_mu);
         fb = std::move(t);
     }
 
+    std::shared_ptr<const CombTable> fixed_base() const {
+        std::lock_guard<std::mutex> g(fb_mu);
+        return fb;
+    }
+
     Limbs encrypt_fixed_base(py::array m_, py::array a_, int threads) {
         const char *fn = "PaillierPublic.encrypt_fixed_base";
         threads_arg(threads, fn);
-        std::shared_ptr<const FixedBaseTable> t;
-        {
-            std::lock_guard<std::mutex> g(fb_mu);
-            t = fb;
-        }
-        if (!t) throw std::logic_error("fixed-base table not set");
+        std::shared_ptr<const CombTable> t = fixed_base();
+        if (!t) throw std::logic_error(std::string(fn) + ": the fixed-base table is not set");
         Limbs m = limbs_arg(m_, fn, "m", {kAny, n_limbs});
         size_t N = m.shape(0);
         Limbs a = limbs_arg(a_, fn, "a", {py::ssize_t(N), kAny});
@@ -845,24 +916,13 @@ struct PaillierPublic {
         Limbs out = new_out(py::ssize_t(N), L2);
         const u64 *pm = m.data(), *pa = a.data();
         u64 *po = out.mutable_data();
-        const int w = t->w, nwin = t->nwin;
-        const std::vector<Bn> &tab = t->tab;
-        size_t per = (size_t(1) << w) - 1;
         {
             py::gil_scoped_release nogil;
             parallel_for(N, threads, 8, [&](size_t s, size_t e) {
                 Ctx ctx; Bn x, acc, tmp, c;
+                std::vector<const u64 *> sel;
                 for (size_t i = s; i < e; ++i) {
-                    Exponent ex{pa + i * la, la};
-                    if (ex.bits() > nwin * w) throw std::invalid_argument("fixed-base exponent too long");
-                    bool set = false;
-                    for (int j = 0; j < nwin; ++j) {
-                        u64 d = ex.digit(j * w, w);
-                        if (!d) continue;
-                        const Bn &te = tab[j * per + d - 1];
-                        if (set) nsq->mul(acc, acc, te, ctx); else { BN_copy(acc, te); set = true; }
-                    }
-                    if (!set) BN_copy(acc, nsq->one_mont);
+                    comb_pow(*nsq, *t, Exponent{pa + i * la, la}, acc, tmp, sel, ctx);
                     load(x, pm + i * n_limbs, n_limbs);
                     finish(c, x, acc, ctx, tmp);
                     store(c, po + i * L2, L2);
@@ -874,17 +934,22 @@ struct PaillierPublic {
 };
 
 // Private key: CRT decryption  m_p = L_p(c^(p-1) mod p²)·h_p mod p, likewise for q, then
-// m = m_q + q·((m_p − m_q)·q^-1 mod p).
+// m = m_q + q·((m_p − m_q)·q^-1 mod p); and key-owner encryption with the CRT,
+// c̄ = (1 + m·n)·x·R mod n² for x ≡ x_p (mod p²), x ≡ x_q (mod q²).
 struct PaillierPrivate {
     std::shared_ptr<PaillierPublic> pub;
     std::shared_ptr<Modulus> psq, qsq;
-    int n_limbs;
+    int n_limbs, p_limbs, q_limbs;
     Bn p, q, pm1, qm1, hp, hq, qinv;
+    Bn psqinv_mont;  // (p²)^-1·R_q mod q²: a MontMult mod q² by it multiplies by (p²)^-1
+    Bn r3;           // R³ mod n²: MontMult(g·x·R^-1, R³) = g·x·R, the Montgomery form of g·x
+    mutable std::mutex fb_mu;
+    std::shared_ptr<const CombTable> fbp, fbq;  // combs of hs mod p² and hs mod q² (set_fixed_base)
 
     PaillierPrivate(std::shared_ptr<PaillierPublic> pub_, std::shared_ptr<Modulus> psq_,
                     std::shared_ptr<Modulus> qsq_, py::array p_, py::array q_, py::array hp_, py::array hq_,
                     py::array qinv_)
-        : pub(std::move(pub_)), psq(std::move(psq_)), qsq(std::move(qsq_)), n_limbs(0) {
+        : pub(std::move(pub_)), psq(std::move(psq_)), qsq(std::move(qsq_)), n_limbs(0), p_limbs(0), q_limbs(0) {
         const char *fn = "PaillierPrivate";
         if (!pub || !psq || !qsq) throw std::invalid_argument("PaillierPrivate: a key part is None");
         n_limbs = pub->n_limbs;
@@ -907,10 +972,17 @@ struct PaillierPrivate {
         if (BN_ucmp(t, qsq->m) != 0) bad_arg(fn, "q", "does not square to the modulus qsq");
         ok(BN_mul(t, p, q, ctx), "mul");
         if (BN_ucmp(t, pub->n) != 0) bad_arg(fn, "p", "times q is not the public key's n");
+        if (BN_ucmp(p, q) >= 0) bad_arg(fn, "p", "must be the smaller prime (the CRT combine relies on p² < q²)");
         if (BN_ucmp(hp, p) >= 0 || BN_ucmp(hq, q) >= 0 || BN_ucmp(qinv, p) >= 0)
             throw std::invalid_argument("PaillierPrivate: hp, hq, qinv must be reduced mod p, q, p");
+        // Garner's constant of the owner's CRT, once per key object (p² and q² are coprime)
+        if (!BN_mod_inverse(psqinv_mont, psq->m, qsq->m, ctx)) bad_arg(fn, "p", "has no inverse mod q²");
+        ok(BN_to_montgomery(psqinv_mont, psqinv_mont, qsq->mont, ctx), "to_montgomery");
+        pub->nsq->mul(r3, pub->nsq->rr, pub->nsq->rr, ctx);
         BN_copy(pm1, p); ok(BN_sub_word(pm1, 1), "sub");
         BN_copy(qm1, q); ok(BN_sub_word(qm1, 1), "sub");
+        p_limbs = (BN_num_bits(p) + 63) / 64;
+        q_limbs = (BN_num_bits(q) + 63) / 64;
     }
 
     // One CRT half; false when c is not a unit modulo the prime pr.  For a unit c, Fermat gives
@@ -972,6 +1044,118 @@ struct PaillierPrivate {
         }
         return out;
     }
+
+    // ---- key-owner encryption
+    // c = (1 + m·n)·x·R mod n² for x < n² with x ≡ xp (mod p²), x ≡ xq (mod q²), xp < p², xq < q².
+    // Garner oriented so that nothing needs reducing first (p < q, so xp < p² < q²):
+    // x = xp + p²·t, t = (xq − xp)·(p²)^-1 mod q², and p²·t + xp < n² exactly.  The time of these
+    // steps follows the values of the obfuscator halves (BN_mul / BN_mod_sub normalise their
+    // results), never the key: p and q appear only as the exponents of the constant-time ModExps.
+    void combine_finish(u64 *out, const u64 *m, const BIGNUM *xp, const BIGNUM *xq, BN_CTX *ctx,
+                        BIGNUM *t, BIGNUM *x, BIGNUM *g) const {
+        const Modulus &NS = *pub->nsq;
+        ok(BN_mod_sub(t, xq, xp, qsq->m, ctx), "mod_sub");
+        qsq->mul(t, t, psqinv_mont, ctx);               // (xq − xp)·(p²)^-1 mod q², plain
+        ok(BN_mul(x, t, psq->m, ctx), "mul");
+        ok(BN_add(x, x, xp), "add");
+        load(g, m, n_limbs);
+        pub->g_of(g, g, ctx);                           // 1 + m·n
+        NS.mul(g, g, x, ctx);                           // g·x·R^-1
+        NS.mul(g, g, r3, ctx);                          // g·x·R
+        store(g, out, NS.limbs);
+    }
+
+    // yp (N, p_limbs), yq (N, q_limbs): xp = yp^p mod p², xq = yq^q mod q² with OpenSSL's
+    // BN_mod_exp_mont_consttime (p and q are the key), then combine_finish.  One call per batch.
+    Limbs encrypt_owner(py::array m_, py::array yp_, py::array yq_, int threads) {
+        const char *fn = "PaillierPrivate.encrypt_owner";
+        threads_arg(threads, fn);
+        const int L2 = pub->nsq->limbs;
+        Limbs m = limbs_arg(m_, fn, "m", {kAny, n_limbs});
+        const py::ssize_t N = m.shape(0);
+        Limbs yp = limbs_arg(yp_, fn, "yp", {N, p_limbs});
+        Limbs yq = limbs_arg(yq_, fn, "yq", {N, q_limbs});
+        Limbs out = new_out(N, L2);
+        const u64 *pm = m.data(), *pyp = yp.data(), *pyq = yq.data();
+        u64 *po = out.mutable_data();
+        {
+            py::gil_scoped_release nogil;
+            parallel_for(size_t(N), threads, 1, [&](size_t s, size_t e) {
+                Ctx ctx; Bn y, xp, xq, t, x, g;
+                for (size_t i = s; i < e; ++i) {
+                    load(y, pyp + i * p_limbs, p_limbs);
+                    ok(BN_mod_exp_mont_consttime(xp, y, p, psq->m, ctx, psq->mont), "mod_exp_consttime");
+                    load(y, pyq + i * q_limbs, q_limbs);
+                    ok(BN_mod_exp_mont_consttime(xq, y, q, qsq->m, ctx, qsq->mont), "mod_exp_consttime");
+                    combine_finish(po + i * L2, pm + i * n_limbs, xp, xq, ctx, t, x, g);
+                }
+            });
+        }
+        return out;
+    }
+
+    // The DJN fixed base through the CRT: combs of hs mod p² and hs mod q² (each entry half the
+    // size of n²'s, so a quarter of the MontMult cost), from hs̄ = hs·R mod n².
+    void set_fixed_base(py::array hs_arr, int exp_bits, int window, int threads) {
+        const char *fn = "PaillierPrivate.set_fixed_base";
+        threads_arg(threads, fn);
+        const Modulus &NS = *pub->nsq;
+        Limbs hs_mont = limbs_arg(hs_arr, fn, "hs_mont", {NS.limbs});
+        check_comb_args(fn, exp_bits, window, NS.limbs);
+        std::shared_ptr<const CombTable> tp, tq;
+        {
+            py::gil_scoped_release nogil;
+            Ctx ctx;
+            Bn hs, base;
+            load(hs, hs_mont.data(), NS.limbs);
+            ok(BN_from_montgomery(hs, hs, NS.mont, ctx), "from_montgomery");
+            ok(BN_nnmod(base, hs, psq->m, ctx), "nnmod");
+            ok(BN_to_montgomery(base, base, psq->mont, ctx), "to_montgomery");
+            tp = comb_build(*psq, base, exp_bits, window, threads);
+            ok(BN_nnmod(base, hs, qsq->m, ctx), "nnmod");
+            ok(BN_to_montgomery(base, base, qsq->mont, ctx), "to_montgomery");
+            tq = comb_build(*qsq, base, exp_bits, window, threads);
+        }
+        std::lock_guard<std::mutex> g(fb_mu);
+        fbp = std::move(tp);
+        fbq = std::move(tq);
+    }
+
+    Limbs encrypt_owner_fixed_base(py::array m_, py::array a_, int threads) {
+        const char *fn = "PaillierPrivate.encrypt_owner_fixed_base";
+        threads_arg(threads, fn);
+        std::shared_ptr<const CombTable> tp, tq;
+        {
+            std::lock_guard<std::mutex> g(fb_mu);
+            tp = fbp;
+            tq = fbq;
+        }
+        if (!tp || !tq) throw std::logic_error(std::string(fn) + ": the fixed-base tables are not set");
+        const int L2 = pub->nsq->limbs;
+        Limbs m = limbs_arg(m_, fn, "m", {kAny, n_limbs});
+        const py::ssize_t N = m.shape(0);
+        Limbs a = limbs_arg(a_, fn, "a", {N, kAny});
+        const int la = exp_limbs_arg(a, fn, "a");
+        Limbs out = new_out(N, L2);
+        const u64 *pm = m.data(), *pa = a.data();
+        u64 *po = out.mutable_data();
+        {
+            py::gil_scoped_release nogil;
+            parallel_for(size_t(N), threads, 8, [&](size_t s, size_t e) {
+                Ctx ctx; Bn xp, xq, t, x, g;
+                std::vector<const u64 *> sel;
+                for (size_t i = s; i < e; ++i) {
+                    const Exponent ex{pa + i * la, la};
+                    comb_pow(*psq, *tp, ex, xp, t, sel, ctx);
+                    ok(BN_from_montgomery(xp, xp, psq->mont, ctx), "from_montgomery");
+                    comb_pow(*qsq, *tq, ex, xq, t, sel, ctx);
+                    ok(BN_from_montgomery(xq, xq, qsq->mont, ctx), "from_montgomery");
+                    combine_finish(po + i * L2, pm + i * n_limbs, xp, xq, ctx, t, x, g);
+                }
+            });
+        }
+        return out;
+    }
 };
 
 }  // namespace
@@ -998,5 +1182,8 @@ PYBIND11_MODULE(_native, mod) {
     py::class_<PaillierPrivate, std::shared_ptr<PaillierPrivate>>(mod, "PaillierPrivate")
         .def(py::init<std::shared_ptr<PaillierPublic>, std::shared_ptr<Modulus>, std::shared_ptr<Modulus>,
                       py::array, py::array, py::array, py::array, py::array>())
-        .def("decrypt", &PaillierPrivate::decrypt);
+        .def("decrypt", &PaillierPrivate::decrypt)
+        .def("encrypt_owner", &PaillierPrivate::encrypt_owner)
+        .def("set_fixed_base", &PaillierPrivate::set_fixed_base)
+        .def("encrypt_owner_fixed_base", &PaillierPrivate::encrypt_owner_fixed_base);
 }
