@@ -74,7 +74,7 @@ class _Loader(yaml.SafeLoader):
 
     _depth = 0
 
-    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:

@@ -32,18 +32,17 @@ class Counters:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_op: dict[str, list] = {}
+        #: op -> (calls, elements, seconds)
+        self._by_op: dict[str, tuple[int, int, float]] = {}
 
     def add(self, op: str, elements: int, seconds: float) -> None:
         with self._lock:
-            row = self._by_op.setdefault(op, [0, 0, 0.0])
-            row[0] += 1
-            row[1] += elements
-            row[2] += seconds
+            calls, elems, secs = self._by_op.get(op, (0, 0, 0.0))
+            self._by_op[op] = (calls + 1, elems + elements, secs + seconds)
 
     def snapshot(self) -> dict[str, tuple[int, int, float]]:
         with self._lock:
-            return {op: (c, e, s) for op, (c, e, s) in self._by_op.items()}
+            return dict(self._by_op)
 
     def reset(self) -> None:
         with self._lock:
@@ -92,13 +91,13 @@ class CountingBackend(ChainMember):
     def describe(self) -> str:
         return self.inner.describe()
 
-    def own_batch(self, x):
+    def own_batch(self, x: Any) -> Any:
         rep = self._replacement()
         if rep is not None:
             return own_batch_of(rep, x, f"{self.name} ({self.device})")
         return self.inner.own_batch(x)
 
-    def _run(self, op: str, args: tuple):
+    def _run(self, op: str, args: tuple[Any, ...]) -> Any:
         chain = self.chain
         if chain is not None and chain.retired(self.chain_pos):
             return chain.run_on_current(self.chain_pos, op, args)
@@ -128,7 +127,7 @@ class CountingBackend(ChainMember):
             close()
         self._close_chain()
 
-    def __getattr__(self, item: str):
+    def __getattr__(self, item: str) -> Any:
         # options and attributes of the wrapped backend (threads, runtime, mode ...)
         if item == "inner":
             raise AttributeError(item)

@@ -344,6 +344,10 @@ class ChainMember(Backend):
     #: the party's fallback chain and this backend's place in it (set by FallbackChain)
     chain: FallbackChain | None = None
     chain_pos: int = 0
+    #: what was asked, what ran and why (requested, chosen, fallback_events, ranking, devices,
+    #: describe, runtime_fallbacks): filled in by ``backend_from_config`` for the chain's head,
+    #: empty otherwise (each subclass starts it empty)
+    selection: dict[str, Any]
 
     def _replacement(self) -> Backend | None:
         """The backend that runs this one's work since it failed; None while it is healthy."""

@@ -26,7 +26,7 @@ from ..core.errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
 from .executor import make_executor
-from .fallback import FallbackChain
+from .fallback import ChainMember, FallbackChain
 from .multi import MultiDeviceBackend
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def _start_fallback(cfg: PartyConfig, name: str) -> CountingBackend:
     return CountingBackend(inst, device=", ".join(inst.devices) or b)
 
 
-def backend_from_config(cfg: PartyConfig) -> CountingBackend | MultiDeviceBackend:
+def backend_from_config(cfg: PartyConfig) -> ChainMember:
     """The Backend for party config ``cfg`` (a :class:`unifl.configs.PartyConfig`).
 
     The result counts and times every op per backend and device (``.report()``), and says what was
@@ -141,7 +141,7 @@ def backend_from_config(cfg: PartyConfig) -> CountingBackend | MultiDeviceBacken
     else:
         chain = [cfg.backend] + [f for f in cfg.fallback if f != cfg.backend]
     for pos, name in enumerate(chain):
-        members = []
+        members: list[CountingBackend] = []
         try:
             entries = device_entries(cfg, name, primary=(pos == 0))
         except BackendUnavailable as exc:      # cannot even be imported here: the next candidate

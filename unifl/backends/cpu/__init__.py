@@ -9,15 +9,22 @@ compositions too.
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import gmpy2
 import numpy as np
+import numpy.typing as npt
 
+from ...core.contract import Limbs
 from ...core.montgomery import MontContext
 from ...core.limbs import from_limbs, to_limbs
 from ...core.backend import Backend, ProbeResult
 
+#: a gmpy2 integer (gmpy2 is untyped here: ``mpz`` values are Any to mypy)
+Mpz = Any
 
-def _ints(a: np.ndarray) -> list:
+
+def _ints(a: npt.ArrayLike) -> list[Mpz]:
     return [gmpy2.mpz(v) for v in from_limbs(a)]
 
 
@@ -30,30 +37,30 @@ class CpuBackend(Backend):
     def probe(cls) -> ProbeResult:
         return ProbeResult(True, f"gmpy2 {gmpy2.version()}", ["host CPU (gmpy2, 1 thread)"])
 
-    def _rinv(self, ctx: MontContext) -> tuple:
+    def _rinv(self, ctx: MontContext) -> tuple[Mpz, Mpz, Mpz]:
         """(m, R^−1 mod m, R mod m) as gmpy2 integers, once per modulus."""
         return self.state.get(ctx, "gmp", lambda: (gmpy2.mpz(ctx.m), gmpy2.invert(ctx.R, ctx.m),
                                                    gmpy2.mpz(ctx.r_mod)))
 
-    def op_mont_mul(self, ctx, a, b):
+    def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         m, rinv, _ = self._rinv(ctx)
         return to_limbs([x * y % m * rinv % m for x, y in zip(_ints(a), _ints(b))], ctx.num_limbs)
 
-    def op_mod_mul(self, ctx, a, b):
+    def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         m = gmpy2.mpz(ctx.m)
         return to_limbs([x * y % m for x, y in zip(_ints(a), _ints(b))], ctx.num_limbs)
 
-    def _pows(self, ctx, base, exps):
+    def _pows(self, ctx: MontContext, base: Sequence[Mpz], exps: np.ndarray) -> list[Mpz]:
         m = gmpy2.mpz(ctx.m)
         es = _ints(exps)
         if len(es) == 1:
             es = es * len(base)
         return [gmpy2.powmod(x, e, m) for x, e in zip(base, es)]
 
-    def op_mod_exp(self, ctx, base, exps):
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         return to_limbs(self._pows(ctx, _ints(base), exps), ctx.num_limbs)
 
-    def op_mod_exp_secret(self, ctx, base, exps):
+    def op_mod_exp_secret(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         """Secret exponents through GMP's mpz_powm_sec (gmpy2.powmod_sec): its time and memory
         accesses do not depend on the exponent's or the base's value.  GMP needs e > 0; e = 0 (never
         a real secret exponent) gives 1 mod m directly."""
@@ -65,12 +72,12 @@ class CpuBackend(Backend):
         return to_limbs([gmpy2.powmod_sec(x, e, m) if e else one
                          for x, e in zip(_ints(base), es)], ctx.num_limbs)
 
-    def op_mont_exp(self, ctx, base_mont, exps):
+    def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
         m, rinv, r = self._rinv(ctx)
         plain = [x * rinv % m for x in _ints(base_mont)]
         return to_limbs([y * r % m for y in self._pows(ctx, plain, exps)], ctx.num_limbs)
 
-    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+    def op_mont_multi_exp(self, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray) -> Limbs:
         m, rinv, r = self._rinv(ctx)
         plain = [x * rinv % m for x in _ints(bases_mont)]
         k, n, le = exps.shape
@@ -83,7 +90,8 @@ class CpuBackend(Backend):
             out.append(acc * r % m)
         return to_limbs(out, ctx.num_limbs)
 
-    def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
+    def op_mont_prod_groups(self, ctx: MontContext, a_mont: Limbs, groups: np.ndarray,
+                            num_groups: int) -> Limbs:
         m, rinv, r = self._rinv(ctx)
         acc = [gmpy2.mpz(r)] * num_groups
         for x, g in zip(_ints(a_mont), groups.tolist()):

@@ -27,14 +27,24 @@ party's ``devices:`` list is a substring of an instance's OpenCL device name.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...core.contract import Limbs
 from ...core.montgomery import MontContext
 from ...core.errors import BackendUnavailable, ConfigError
 from ...core.backend import Backend, ProbeResult
 from .options import MODES, FpgaOptions
+
+if TYPE_CHECKING:       # for annotations only: pyopencl is imported lazily, by the runtime
+    import pyopencl
+
+
+def _host(x: Limbs) -> np.ndarray:
+    """``x`` as the host array the OpenCL runtime copies from (an array as is, so a squaring's
+    ``b is a`` still holds; another backend's device batch read back)."""
+    return x if isinstance(x, np.ndarray) else np.asarray(x, dtype=np.uint64)
 
 
 def _exp_bits(exps: np.ndarray) -> int:
@@ -48,8 +58,9 @@ def _exp_bits(exps: np.ndarray) -> int:
 
 class FpgaBackend(Backend):
     name = "fpga"
-    #: class-level declaration (what every fpga instance runs natively); an instance in
-    #: ``mode="modexp"`` adds ``mont_exp`` (see __init__), which ``implements()`` reads.
+    #: the class-level declaration the registry checks: what every fpga instance runs natively.
+    #: An instance in ``mode="modexp"`` also runs ``mont_exp`` natively: its own ``instance_ops``,
+    #: which ``implements()`` reads.
     native_ops = frozenset({"mont_mul"})
     options_model = FpgaOptions
     options: FpgaOptions
@@ -66,8 +77,9 @@ class FpgaBackend(Backend):
         from .runtime import ClRuntime
         self.mode = mode
         self.window = opts.window
-        self.native_ops = frozenset({"mont_mul", "mont_exp"} if mode == "modexp"
-                                    else {"mont_mul"})
+        #: what this instance runs natively (its mode decides whether ``mont_exp`` is one)
+        self.instance_ops: frozenset[str] = (self.native_ops | {"mont_exp"} if mode == "modexp"
+                                             else self.native_ops)
         self.runtime = ClRuntime(
             platform=opts.platform or os.environ.get("UNIFL_FPGA_PLATFORM") or None,
             device=opts.device or os.environ.get("UNIFL_FPGA_DEVICE") or None,
@@ -80,7 +92,6 @@ class FpgaBackend(Backend):
         """A scalar entry of ``devices:`` is a substring of that instance's OpenCL device name
         (``devices: [card0, card1]``: one instance per card)."""
         return {"device": value}
-        # the state key includes the runtime's identity: two instances never share device buffers
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -99,6 +110,10 @@ class FpgaBackend(Backend):
         return ProbeResult(True, f"OpenCL platform {p.name.strip()!r}", devices,
                            "PoCL (OpenCL on the CPU)" if is_pocl(p) else None)
 
+    def implements(self, op: str) -> bool:
+        """True when ``op`` runs natively on this instance (``mont_exp`` only in mode modexp)."""
+        return op in self.instance_ops
+
     @property
     def devices(self) -> list[str]:
         return [self.runtime.describe()]
@@ -107,7 +122,7 @@ class FpgaBackend(Backend):
         extra = f" [{self.runtime.stand_in}]" if self.runtime.stand_in else ""
         return f"fpga{extra} {self.runtime.describe()} mode={self.mode} engines={self.runtime.engines}"
 
-    def _consts(self, ctx: MontContext):
+    def _consts(self, ctx: MontContext) -> pyopencl.Buffer:
         """The modulus constants on the device, uploaded once per context (UniFL: key parameters
         passed once, not per batch)."""
         from ...core.limbs import to_limbs
@@ -115,12 +130,14 @@ class FpgaBackend(Backend):
             ctx.m_limbs, to_limbs([ctx.r_mod], ctx.num_limbs)[0]))
 
     # ---- BASE OP
-    def op_mont_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         """a·b·R^-1 mod m on the device, R = 2^(64·L)."""
-        return self.runtime.mont_mul(self._consts(ctx), ctx.n0inv, a, b)
+        host_a = _host(a)
+        return self.runtime.mont_mul(self._consts(ctx), ctx.n0inv, host_a,
+                                     host_a if b is a else _host(b))
 
     # ---- optional on-device ModExp (mode="modexp")
-    def op_mont_exp(self, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
         """x̄^e in the Montgomery domain (x̄ = x·R mod m in, x^e·R mod m out), looped on the device
         by fixed windows of w bits: ~ebits squarings + ebits/w multiplications + 2^w table."""
         from ...core.exponents import window_bits

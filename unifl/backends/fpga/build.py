@@ -7,9 +7,7 @@ platform (or loaded as a prebuilt .aocx / .xclbin), so they ship as package data
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def package_data(ctx: Any) -> list[str]:
+def package_data(ctx: object) -> list[str]:
     """The OpenCL C kernel sources."""
     return ["kernels/*.cl"]

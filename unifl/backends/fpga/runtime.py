@@ -29,11 +29,15 @@ import os
 import threading
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...core.errors import BackendUnavailable, DeviceError
+
+if TYPE_CHECKING:       # for annotations only: pyopencl itself is imported lazily (import_cl)
+    import pyopencl
 
 KERNEL_DIR_PACKAGE = "unifl.backends.fpga"
 #: The stand-in we run on when no FPGA is present.
@@ -61,7 +65,7 @@ def kernel_source() -> str:
         return fh.read()
 
 
-def import_cl():
+def import_cl() -> ModuleType:
     """pyopencl, or BackendUnavailable saying how to get it."""
     try:
         import pyopencl as cl  # noqa: PLC0415 - optional dependency, imported lazily
@@ -72,7 +76,7 @@ def import_cl():
     return cl
 
 
-def list_devices() -> list[tuple[Any, Any]]:
+def list_devices() -> list[tuple[pyopencl.Platform, pyopencl.Device]]:
     """All (platform, device) pairs the ICD loader sees; BackendUnavailable when there are none."""
     cl = import_cl()
     try:
@@ -81,7 +85,7 @@ def list_devices() -> list[tuple[Any, Any]]:
         raise BackendUnavailable(
             "no OpenCL platform: the ICD loader found none (looked in /etc/OpenCL/vendors, "
             f"OCL_ICD_VENDORS and pyopencl's bundled ICDs; {exc})") from exc
-    pairs: list[tuple[Any, Any]] = []
+    pairs: list[tuple[pyopencl.Platform, pyopencl.Device]] = []
     for p in platforms:
         try:
             pairs.extend((p, d) for d in p.get_devices())
@@ -93,11 +97,12 @@ def list_devices() -> list[tuple[Any, Any]]:
     return pairs
 
 
-def is_pocl(platform) -> bool:
+def is_pocl(platform: pyopencl.Platform) -> bool:
     return any(s in platform.name.lower() for s in POCL_NAMES)
 
 
-def select_device(platform: str | None = None, device: str | None = None):
+def select_device(platform: str | None = None, device: str | None = None
+                  ) -> tuple[pyopencl.Platform, pyopencl.Device]:
     """The first (platform, device) whose names contain the given substrings (case-insensitive).
 
     With no names, a non-PoCL platform (a real accelerator) is preferred over PoCL.
@@ -119,8 +124,9 @@ def select_device(platform: str | None = None, device: str | None = None):
 class _Slot:
     """One set of device buffers of the ring, with its own in-order queue."""
 
-    queue: Any
-    bufs: dict = field(default_factory=dict)     # name -> (buffer, nbytes)
+    queue: pyopencl.CommandQueue
+    #: name -> (buffer, nbytes)
+    bufs: dict[str, tuple[pyopencl.Buffer, int]] = field(default_factory=dict)
 
 
 class ClRuntime:
@@ -131,6 +137,8 @@ class ClRuntime:
                  in_flight: int = 3, local_size: int | None = 1,
                  build_options: str = "") -> None:
         cl = self.cl = import_cl()
+        self.platform: pyopencl.Platform
+        self.device: pyopencl.Device
         self.platform, self.device = select_device(platform, device)
         self.stand_in = ("PoCL (OpenCL on the CPU)" if is_pocl(self.platform) else None)
         self.engines = max(1, int(engines))
@@ -138,7 +146,7 @@ class ClRuntime:
         self.local_size = local_size
         self.build_options = build_options
         try:
-            self.ctx = cl.Context([self.device])
+            self.ctx: pyopencl.Context = cl.Context([self.device])
         except cl.Error as exc:
             raise BackendUnavailable(f"cannot open OpenCL device {self.device.name!r}: {exc}"
                                      ) from exc
@@ -148,9 +156,9 @@ class ClRuntime:
         # buffers between enqueue and read-back (seen as garbage results, not an error)
         self._lock = threading.RLock()
         self.binary_path = binary
-        self._programs: dict[int, Any] = {}
-        self._binary_program = None
-        self._kernels: dict[tuple[str, int], Any] = {}
+        self._programs: dict[int, pyopencl.Program] = {}
+        self._binary_program: pyopencl.Program | None = None
+        self._kernels: dict[tuple[str, int], pyopencl.Kernel] = {}
         if binary is not None:
             self._binary_program = self._load_binary(binary)
 
@@ -158,20 +166,20 @@ class ClRuntime:
         return f"{self.platform.name.strip()} / {self.device.name.strip()}"
 
     # ---- programs ---------------------------------------------------------------------------
-    def _build_log(self, prog) -> str:
+    def _build_log(self, prog: pyopencl.Program) -> str:
         try:
             return str(prog.get_build_info(self.device, self.cl.program_build_info.LOG)).strip()
         except Exception:  # noqa: BLE001 - the log itself may be unavailable
             return ""
 
-    def _load_binary(self, path: str):
+    def _load_binary(self, path: str) -> pyopencl.Program:
         cl = self.cl
         try:
             with open(path, "rb") as fh:
                 blob = fh.read()
         except OSError as exc:
             raise FpgaBuildError(f"fpga.binary {path!r} cannot be read: {exc}") from exc
-        prog = None
+        prog: pyopencl.Program | None = None
         try:
             prog = cl.Program(self.ctx, [self.device], [blob])
             prog.build(options=self.build_options or [])
@@ -189,7 +197,7 @@ class ClRuntime:
         names = str(self._binary_program.get_info(self.cl.program_info.KERNEL_NAMES)).split(";")
         return sorted(int(n.rsplit("_L", 1)[1]) for n in names if n.startswith("montmul_L"))
 
-    def _program(self, limbs: int):
+    def _program(self, limbs: int) -> pyopencl.Program:
         if self._binary_program is not None:
             return self._binary_program
         prog = self._programs.get(limbs)
@@ -206,7 +214,7 @@ class ClRuntime:
             self._programs[limbs] = prog
         return prog
 
-    def kernel(self, name: str, limbs: int):
+    def kernel(self, name: str, limbs: int) -> pyopencl.Kernel:
         key = (name, limbs)
         k = self._kernels.get(key)
         if k is None:
@@ -224,7 +232,7 @@ class ClRuntime:
         return k
 
     # ---- constants of one modulus ------------------------------------------------------------
-    def upload_constants(self, m_limbs: np.ndarray, r_mod_limbs: np.ndarray):
+    def upload_constants(self, m_limbs: np.ndarray, r_mod_limbs: np.ndarray) -> pyopencl.Buffer:
         """[m, R mod m] as one read-only buffer: uploaded once per Montgomery context."""
         cl = self.cl
         host = np.ascontiguousarray(np.concatenate([m_limbs, r_mod_limbs]).astype(np.uint64))
@@ -240,7 +248,7 @@ class ClRuntime:
                                f"{type(exc).__name__}: {exc}")
 
     # ---- launches ----------------------------------------------------------------------------
-    def _buf(self, slot: _Slot, name: str, nbytes: int):
+    def _buf(self, slot: _Slot, name: str, nbytes: int) -> pyopencl.Buffer:
         """Slot buffer ``name`` of at least ``nbytes`` (grown, never shrunk: reused as a ring)."""
         cur = slot.bufs.get(name)
         if cur is None or cur[1] < nbytes:
@@ -257,19 +265,21 @@ class ClRuntime:
             return (g,), (ls,)
         return (g,), None
 
-    def mont_mul(self, consts, n0: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def mont_mul(self, consts: pyopencl.Buffer, n0: int, a: np.ndarray, b: np.ndarray
+                 ) -> np.ndarray:
         """out = a·b·R^-1 mod m, chunked through the buffer ring (uploads overlap compute)."""
         with self._lock:
             return self._mont_mul(consts, n0, a, b)
 
-    def _mont_mul(self, consts, n0: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def _mont_mul(self, consts: pyopencl.Buffer, n0: int, a: np.ndarray, b: np.ndarray
+                  ) -> np.ndarray:
         cl = self.cl
         n, limbs = a.shape
         out = np.empty_like(a)
         knl = self.kernel("montmul", limbs)
         # a squaring (the bulk of a ModExp's MontMults) uploads its operand once
         square = b is a
-        events = []
+        events: list[pyopencl.Event] = []
         # ``call`` names the OpenCL call in progress, for the error if the driver refuses it
         call = "clCreateBuffer"
         try:
@@ -301,22 +311,22 @@ class ClRuntime:
             raise self.fault(call, exc) from exc
         return out
 
-    def mont_exp(self, consts, n0: int, base: np.ndarray, exps: np.ndarray, ebits: int,
-                 window: int) -> np.ndarray:
+    def mont_exp(self, consts: pyopencl.Buffer, n0: int, base: np.ndarray, exps: np.ndarray,
+                 ebits: int, window: int) -> np.ndarray:
         """out = x̄^e (Montgomery form) with the whole exponentiation on the device: one launch
         per chunk instead of ~1.2·ebits MontMult launches."""
         with self._lock:
             return self._mont_exp(consts, n0, base, exps, ebits, window)
 
-    def _mont_exp(self, consts, n0: int, base: np.ndarray, exps: np.ndarray, ebits: int,
-                  window: int) -> np.ndarray:
+    def _mont_exp(self, consts: pyopencl.Buffer, n0: int, base: np.ndarray, exps: np.ndarray,
+                  ebits: int, window: int) -> np.ndarray:
         cl = self.cl
         n, limbs = base.shape
         le = exps.shape[1]
         shared = exps.shape[0] == 1
         out = np.empty_like(base)
         knl = self.kernel("mont_exp", limbs)
-        events = []
+        events: list[pyopencl.Event] = []
         call = "clCreateBuffer"
         try:
             for k, s in enumerate(range(0, n, self.chunk)):

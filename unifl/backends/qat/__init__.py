@@ -46,10 +46,12 @@ party's ``devices:`` list is an instance's ``instances``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from ...core.contract import Limbs, OpContract
+from ...core.keys import PaillierPublicMaterial
 from ...core.limbs import to_limbs
 from ...core.montgomery import MontContext
 from ...core.errors import BackendUnavailable
@@ -80,8 +82,12 @@ class QatBackend(Backend):
             raise BackendUnavailable("backend 'qat' needs the 'native' backend for its CPU-side "
                                      f"ModMult: {registry.probe('native').reason}")
         # a private native instance (registry.backend() would re-enter the registry's lock)
-        self.cpu = registry.backend_class("native")()
-        self.cpu.probe_result = registry.probe("native")
+        native = registry.backend_class("native")()
+        native.probe_result = registry.probe("native")
+        # the registry types it as a Backend, whose base class declares no op_* methods; the
+        # native backend defines every op this backend calls on it (mont_mul, mod_mul, mod_exp,
+        # mod_exp_secret, mont_multi_exp, mont_prod_groups), as the contract types them
+        self.cpu = cast(OpContract, native)
         info = self.session().info()          # starts the driver now: errors surface here
         self.simulator = bool(info["simulator"])
         self.library = info["library"]
@@ -99,7 +105,7 @@ class QatBackend(Backend):
 
     @classmethod
     def probe(cls) -> ProbeResult:
-        if runtime._qat is None:
+        if not runtime.BUILT:
             return ProbeResult(False, f"QAT driver extension not built ({runtime.IMPORT_ERROR})")
         try:
             qat_names, _, is_sim = runtime.resolve()
@@ -118,7 +124,7 @@ class QatBackend(Backend):
     def describe(self) -> str:
         return f"qat [{runtime.SIMULATOR_LABEL}]" if self.simulator else "qat"
 
-    def session(self):
+    def session(self) -> runtime.Session:
         """The process's live QAT driver session (reopened if it was closed)."""
         return runtime.session(self._library, self._simulator, self._section)
 
@@ -127,64 +133,71 @@ class QatBackend(Backend):
         seconds, the rest are recomputed on the CPU.  A later call opens a new session."""
         runtime.close(timeout)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Driver counters: submitted, completed, retries, device/submit failures, oversize,
         abandoned, busy_seconds (and the simulator's engine counters when it runs)."""
-        out = dict(self.session().stats())
+        out: dict[str, Any] = dict(self.session().stats())
         out["stand_in"] = runtime.SIMULATOR_LABEL if self.simulator else None
         return out
 
     # ---- CPU side (QAT has no MontMult / ModMult)
-    #: the private ``native`` instance made in __init__ that serves it (typed loosely: its op_*
-    #: methods are the op contract's, which the Backend base class does not declare)
-    cpu: Any
+    #: the private ``native`` instance made in __init__ that serves it, seen through the op
+    #: contract (its op_* methods are the contract's, which the Backend base class does not declare)
+    cpu: OpContract
 
-    def op_mont_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         return self.cpu.op_mont_mul(ctx, a, b)
 
-    def op_mod_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         return self.cpu.op_mod_mul(ctx, a, b)
 
-    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+    def op_mont_multi_exp(self, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray) -> Limbs:
         if self.matmul_on_qat:  # Alg. 7: K·N ModExps on QAT, products folded on the CPU
             from .pipeline import mont_multi_exp
-            return mont_multi_exp(self, ctx, bases_mont, exps)
+            return mont_multi_exp(self, ctx, _host(bases_mont), exps)
         return self.cpu.op_mont_multi_exp(ctx, bases_mont, exps)
 
-    def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
+    def op_mont_prod_groups(self, ctx: MontContext, a_mont: Limbs, groups: np.ndarray,
+                            num_groups: int) -> Limbs:
         return self.cpu.op_mont_prod_groups(ctx, a_mont, groups, num_groups)
 
     # ---- QAT side
-    def op_mod_exp(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         from .pipeline import hybrid_mod_exp
-        return hybrid_mod_exp(self, ctx, base, exps)
+        return hybrid_mod_exp(self, ctx, _host(base), exps)
 
-    def op_mod_exp_secret(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    def op_mod_exp_secret(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         """Secret exponents: on the card as ``mod_exp``, but the host's share and its recomputations
         through the constant-time native op (the pipeline reaches the CPU only as ``.cpu``)."""
         from .pipeline import hybrid_mod_exp
-        return hybrid_mod_exp(_SecretSide(self), ctx, base, exps)
+        return hybrid_mod_exp(_SecretSide(self), ctx, _host(base), exps)
 
-    def op_mont_exp(self, ctx: MontContext, base_mont: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
         n = base_mont.shape[0]
         one = np.repeat(to_limbs([1], ctx.num_limbs), n, axis=0)
         r2 = np.repeat(to_limbs([ctx.r2], ctx.num_limbs), n, axis=0)
         base = self.cpu.op_mont_mul(ctx, np.ascontiguousarray(base_mont, dtype=np.uint64), one)
         return self.cpu.op_mont_mul(ctx, np.asarray(self.op_mod_exp(ctx, base, exps)), r2)
 
-    def op_paillier_encrypt(self, pk, m: np.ndarray, r: np.ndarray) -> np.ndarray:
+    def op_paillier_encrypt(self, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
         from .pipeline import paillier_encrypt
-        return paillier_encrypt(self, pk, m, r)
+        return paillier_encrypt(self, pk, _host(m), _host(r))
+
+
+def _host(x: Limbs) -> np.ndarray:
+    """``x`` as the host array the pipeline cuts into tasks (an array as is; another backend's
+    device batch read back)."""
+    return x if isinstance(x, np.ndarray) else np.asarray(x, dtype=np.uint64)
 
 
 class _ConstTimeCpu:
     """The native backend as the pipeline's CPU side for secret exponents: ``op_mod_exp`` is the
     constant-time ``op_mod_exp_secret``; everything else is the native backend's."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: OpContract) -> None:
         self._native = native
 
-    def op_mod_exp(self, ctx: MontContext, base: np.ndarray, exps: np.ndarray) -> np.ndarray:
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         return self._native.op_mod_exp_secret(ctx, base, exps)
 
     def __getattr__(self, name: str) -> Any:

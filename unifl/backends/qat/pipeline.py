@@ -27,20 +27,44 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
+from ...core.contract import OpContract
 from ...core.exponents import exp_limbs
+from ...core.keys import PaillierPublicMaterial
 from ...core.limbs import from_limbs, to_limbs
 from ...core.montgomery import MontContext
-from .runtime import FAILED, QatSessionClosed
+from ...core.state import DeviceState
+from .runtime import FAILED, QatSessionClosed, Session
 
-__all__ = ["PipelineStats", "run_modexp_pipeline", "hybrid_mod_exp", "paillier_encrypt",
+if TYPE_CHECKING:       # the driver's job type (the pipeline runs only where the driver is built)
+    from . import _qat
+
+__all__ = ["PipelineStats", "QatSide", "run_modexp_pipeline", "hybrid_mod_exp", "paillier_encrypt",
            "paillier_encrypt_sequential", "mont_multi_exp"]
 
 #: stage-2 work: finish(indices, modexp_results_of_those_indices) -> None
 Finish = Callable[[np.ndarray, np.ndarray], None]
+
+
+class QatSide(Protocol):
+    """What the pipeline uses of a ``QatBackend`` (or of the view of one whose CPU side runs secret
+    exponents in constant time): its driver session and settings, its CPU side (the ``native``
+    backend) and its per-modulus state."""
+
+    @property
+    def cpu(self) -> OpContract: ...
+    @property
+    def cpu_share(self) -> float: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def instances(self) -> int: ...
+    @property
+    def state(self) -> DeviceState: ...
+    def session(self) -> Session: ...
 
 
 @dataclass
@@ -56,7 +80,7 @@ class PipelineStats:
     wall_seconds: float = 0.0
     device_busy_seconds: float = 0.0
     cpu_stage_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def utilisation(self) -> float:
@@ -67,7 +91,7 @@ def _rows(exps: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return exps if exps.shape[0] == 1 else exps[idx]
 
 
-def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
+def run_modexp_pipeline(qat: QatSide, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
                         finish: Finish, cpu_share: float | None = None,
                         stats: PipelineStats | None = None) -> PipelineStats:
     """Run base^e mod m for every row, calling ``finish`` on the CPU for each chunk of landed rows.
@@ -88,7 +112,7 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
     busy0 = sess.stats()["busy_seconds"]
 
     # --- stage 1: the QAT queue (submitted first: a refused submission leaves no CPU work behind)
-    job = None
+    job: _qat.Job | None = None
     if n_dev:
         dev_exps = exps if exps.shape[0] == 1 else exps[:n_dev]
         try:
@@ -112,7 +136,8 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
             chunk = max(8, n_cpu // 8)
             for lo in range(n_dev, n, chunk):
                 idx = np.arange(lo, min(n, lo + chunk))
-                res = cpu.op_mod_exp(ctx, base[idx], _rows(exps, idx))  # GIL released inside
+                # the GIL is released inside the native op
+                res = np.asarray(cpu.op_mod_exp(ctx, base[idx], _rows(exps, idx)))
                 with cpu_cv:
                     cpu_ready.append((idx, res))
                     cpu_cv.notify()
@@ -160,7 +185,9 @@ def run_modexp_pipeline(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarra
     return st
 
 
-def _finish_device_chunk(qat, ctx, base, exps, job, idx, finish, st) -> None:
+def _finish_device_chunk(qat: QatSide, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
+                         job: _qat.Job, idx: np.ndarray, finish: Finish, st: PipelineStats
+                         ) -> None:
     """Stage 2 for rows that landed from the device: take their ModExp results (recomputing on the
     CPU the ones flagged FAILED), then run ``finish`` on them."""
     t = time.perf_counter()
@@ -176,7 +203,7 @@ def _finish_device_chunk(qat, ctx, base, exps, job, idx, finish, st) -> None:
 
 
 # ------------------------------------------------------------------ ModExp with the CPU share
-def hybrid_mod_exp(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
+def hybrid_mod_exp(qat: QatSide, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
                    stats: PipelineStats | None = None) -> np.ndarray:
     """base^e mod m, the device and (``cpu_share``) the CPU together; stage 2 only collects."""
     out = np.empty((base.shape[0], ctx.num_limbs), np.uint64)
@@ -189,7 +216,7 @@ def hybrid_mod_exp(qat, ctx: MontContext, base: np.ndarray, exps: np.ndarray,
 
 
 # ------------------------------------------------------------------ Paillier encryption (Alg. 6)
-def _mm(cpu, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _mm(cpu: OpContract, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """MontMult on the CPU side; a one-row ``b`` applies to every row of ``a``."""
     a = np.ascontiguousarray(a, dtype=np.uint64)
     if b.shape[0] == 1 and a.shape[0] != 1:
@@ -203,19 +230,19 @@ def _row(ctx: MontContext, value: int) -> np.ndarray:
     return to_limbs([value % ctx.m], ctx.num_limbs)
 
 
-def _r3(qat, ctx: MontContext) -> np.ndarray:
+def _r3(qat: QatSide, ctx: MontContext) -> np.ndarray:
     """R³ mod m as one limb row (MontMult(x, R³) = x·R²), once per modulus."""
     return qat.state.get(ctx, "r3", lambda: _row(ctx, pow(ctx.R, 3, ctx.m)))
 
 
-def _gm(pk, m_rows: np.ndarray) -> np.ndarray:
+def _gm(pk: PaillierPublicMaterial, m_rows: np.ndarray) -> np.ndarray:
     """g^m = 1 + m·n (no reduction needed: m < n so 1 + m·n < n²), Alg. 6 line 6."""
     n = pk.n
     return to_limbs([1 + x * n for x in from_limbs(m_rows)], pk.nsquare_ctx.num_limbs)
 
 
-def _modmult_into(qat, pk, out: np.ndarray, m: np.ndarray, idx: np.ndarray, rn: np.ndarray
-                  ) -> None:
+def _modmult_into(qat: QatSide, pk: PaillierPublicMaterial, out: np.ndarray, m: np.ndarray,
+                  idx: np.ndarray, rn: np.ndarray) -> None:
     """Alg. 6 line 7 in Montgomery form: out[idx] = (1 + m·n)·r^n·R mod n², as
     MontMult(MontMult(g^m, R³), r^n) = g^m·R²·r^n·R^-1, on the CPU (native)."""
     ctx = pk.nsquare_ctx
@@ -223,13 +250,13 @@ def _modmult_into(qat, pk, out: np.ndarray, m: np.ndarray, idx: np.ndarray, rn: 
     out[idx] = _mm(qat.cpu, ctx, gm_r2, rn)
 
 
-def _paillier_operands(pk, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _paillier_operands(pk: PaillierPublicMaterial, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     padded = np.zeros((r.shape[0], pk.nsquare_ctx.num_limbs), np.uint64)
     padded[:, :r.shape[1]] = r
     return padded, exp_limbs(pk.n)
 
 
-def paillier_encrypt(qat, pk, m: np.ndarray, r: np.ndarray,
+def paillier_encrypt(qat: QatSide, pk: PaillierPublicMaterial, m: np.ndarray, r: np.ndarray,
                      stats: PipelineStats | None = None) -> np.ndarray:
     """Alg. 6, pipelined: r_i^n mod n² on QAT, (1 + m_i·n)·r_i^n mod n² on the CPU as each lands.
     Returns Montgomery-form ciphertexts mod n² (the SDK's layout)."""
@@ -241,8 +268,8 @@ def paillier_encrypt(qat, pk, m: np.ndarray, r: np.ndarray,
     return out
 
 
-def paillier_encrypt_sequential(qat, pk, m: np.ndarray, r: np.ndarray,
-                                stats: PipelineStats | None = None) -> np.ndarray:
+def paillier_encrypt_sequential(qat: QatSide, pk: PaillierPublicMaterial, m: np.ndarray,
+                                r: np.ndarray, stats: PipelineStats | None = None) -> np.ndarray:
     """The unpipelined baseline: every ModExp on QAT first, then every ModMult on the CPU."""
     ctx = pk.nsquare_ctx
     base, e = _paillier_operands(pk, r)
@@ -259,7 +286,7 @@ def paillier_encrypt_sequential(qat, pk, m: np.ndarray, r: np.ndarray,
 
 
 # ------------------------------------------------------------------ ciphertext matmul (Alg. 7)
-def mont_multi_exp(qat, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarray,
+def mont_multi_exp(qat: QatSide, ctx: MontContext, bases_mont: np.ndarray, exps: np.ndarray,
                    stats: PipelineStats | None = None) -> np.ndarray:
     """Alg. 7, pipelined: out[k] = prod_j y_j^(x_kj) mod m (Montgomery form in and out).
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import glob
-import importlib
 import os
 import threading
 from typing import Any
@@ -39,17 +38,17 @@ import numpy as np
 from ...core.errors import BackendUnavailable, DeviceError
 
 try:
-    # the compiled driver (src/qat_driver.cpp), imported by name: it ships no type stubs
-    _qat: Any = importlib.import_module(f"{__package__}._qat")
-except ImportError as exc:  # extension not built
-    _qat = None
+    from . import _qat     # the compiled driver (src/qat_driver.cpp), typed by _qat.pyi
+except ImportError as exc:  # extension not built: BUILT says so, IMPORT_ERROR why
+    BUILT = False
     IMPORT_ERROR = str(exc)
 else:
+    BUILT = True
     IMPORT_ERROR = ""
 
 #: the driver's flag of a request the device failed (its caller recomputes it on the CPU); -1, no
 #: flag at all, when the driver extension is not built (and the backend cannot start)
-FAILED: int = int(_qat.FAILED) if _qat is not None else -1
+FAILED: int = int(_qat.FAILED) if BUILT else -1
 
 REAL_QAT_NAMES = ("libqat.so.4", "libqat.so", "libqat_s.so")
 REAL_USDM_NAMES = ("libusdm.so.0", "libusdm.so", "libusdm_drv_s.so")
@@ -58,7 +57,8 @@ SIMULATOR_LABEL = "QAT simulator"
 
 _lock = threading.Lock()
 _session: "Session | None" = None     # the live session
-_session_key = None      # (qat candidates, usdm candidates, section) it was opened with
+#: (qat candidates, usdm candidates, section) the live session was opened with
+_session_key: tuple[tuple[str, ...], tuple[str, ...], str] | None = None
 _real_cache: dict[str, str | None] = {}
 
 
@@ -78,13 +78,13 @@ class Session:
     ``wait_landed`` / ``rows`` / ``result`` / ``join`` are read-outs of host memory that raise only
     on a caller's wrong index); ``stats``, ``info``, ``closed``, ``close`` as the driver's."""
 
-    def __init__(self, raw: Any, qat_names: list[str], section: str) -> None:
+    def __init__(self, raw: _qat.Session, qat_names: list[str], section: str) -> None:
         self._raw = raw
         kind = SIMULATOR_LABEL if raw.info()["simulator"] else "QAT"
         self._where = f"{kind} ({qat_names[0] if qat_names else '?'}, section [{section}])"
 
     def start(self, base: np.ndarray, exps: np.ndarray, mod: np.ndarray, max_in_flight: int = 96,
-              instances: int = 0) -> Any:
+              instances: int = 0) -> _qat.Job:
         """Submit base^e mod m for every row (the driver's ``cpaCyLnModExp`` per row, from its
         submitter thread).  QatSessionClosed when the session was closed; QatError when the driver
         refuses the batch (pinned memory for the in-flight window cannot be allocated)."""
@@ -107,11 +107,11 @@ class Session:
     def num_instances(self) -> int:
         return int(self._raw.num_instances)
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """Library, USDM library, simulator flag, section and the instances' descriptions."""
         return dict(self._raw.info())
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, float]:
         """The driver's counters (see ``QatBackend.stats``)."""
         return dict(self._raw.stats())
 
@@ -183,7 +183,7 @@ def session(library: str | None = None, simulator: bool | None = None,
     """The live driver session for this library (opened on first use, or again after close());
     BackendUnavailable when it cannot be opened."""
     global _session, _session_key
-    if _qat is None:
+    if not BUILT:
         raise BackendUnavailable(f"QAT driver extension not built ({IMPORT_ERROR})")
     qat_names, usdm_names, _ = resolve(library, simulator)
     section = section or os.environ.get("UNIFL_QAT_SECTION") or "SSL"
