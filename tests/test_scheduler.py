@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ import pytest
 import unifl
 from unifl import base_op, mod_op
 from unifl.core import registry
-from unifl.core.backend import Backend
+from unifl.core.backend import Backend, ProbeResult
+from unifl.core.options import BackendOptions
 from unifl.configs import PartyConfig
 from unifl.core.errors import BackendUnavailable, ConfigError, OperandError
 from unifl.scheduler import (CountingBackend, MultiDeviceBackend, SerialExecutor, ThreadExecutor,
@@ -270,3 +272,49 @@ def test_plan_covers_every_row_once_in_order():
             for i, a, b in pieces:
                 be._release(i, b - a)
             assert be._load == [0] * members
+
+
+@dataclass(frozen=True)
+class _CardOptions(BackendOptions):
+    card: int = 0
+
+
+class _OneCardEach(Backend):
+    """Drives one of three cards per instance (as the gpu backend drives one CUDA device)."""
+
+    name = "one_card_each"
+    native_ops = frozenset({"mont_mul"})
+    one_device_per_instance = True
+    options_model = _CardOptions
+
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        return ProbeResult(True, "three cards", ["card 0", "card 1", "card 2"])
+
+    @classmethod
+    def select_device(cls, value: object) -> dict:
+        return {"card": value}
+
+    def op_mont_mul(self, ctx, a, b):
+        return registry.backend("cpu").op_mont_mul(ctx, a, b)
+
+
+def test_devices_all_means_one_instance_per_device_for_one_device_backends():
+    """The scheduler is the only place a batch is split: ``devices: all`` on a backend whose
+    instances drive one device each becomes one member per device its probe lists."""
+    registry.register("one_card_each", _OneCardEach)
+    try:
+        be = backend_from_config(PartyConfig(party="guest", backend="one_card_each",
+                                             fallback=["cpu"]))
+        assert isinstance(be, MultiDeviceBackend)
+        assert [m.inner.options.card for m in be.members] == [0, 1, 2]
+        m = random_odd_modulus(1024)
+        ctx = base_op.mont_context(m)
+        a = ctx.to_limbs([secrets.randbelow(m) for _ in range(40)])
+        assert np.array_equal(base_op.mont_mul(be, ctx, a, a),
+                              base_op.mont_mul(registry.backend("cpu"), ctx, a, a))
+        be.close()
+    finally:
+        for store in (registry._classes, registry._probes, registry._instances):
+            store.pop("one_card_each", None)
+        registry._explicit.discard("one_card_each")

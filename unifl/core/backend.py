@@ -44,6 +44,10 @@ class Backend:
     native_ops: ClassVar[frozenset[str]] = frozenset()
     #: every option this backend takes, with its default and checks (the empty model: none)
     options_model: ClassVar[type[BackendOptions]] = BackendOptions
+    #: True when an instance drives exactly one of the devices its probe lists (chosen by
+    #: ``select_device``): ``devices: all`` then means one instance per device, split by the
+    #: scheduler; False when one instance already uses every device it sees
+    one_device_per_instance: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         #: this instance's options, parsed by ``options_model`` (an unknown or bad one: ConfigError)

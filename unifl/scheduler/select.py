@@ -73,13 +73,21 @@ def start(name: str, options: dict[str, Any], fresh: bool = False) -> Backend:
 
 def device_entries(cfg: PartyConfig, name: str,
                    primary: bool) -> list[tuple[str, dict[str, Any], str | None]]:
-    """(backend, options, label) per device instance; ``devices: all`` (or a fallback) = one.
+    """(backend, options, label) per device instance.  ``devices: all`` (or a fallback) is one
+    instance, except for a backend whose instances drive one device each
+    (``Backend.one_device_per_instance``): then one instance per device its probe lists, each
+    selected by the backend's own ``select_device(index)``.
 
     A mapping entry is option overrides (``backend:`` picks another backend); a scalar entry is
     turned into options by the backend's own device selector (``Backend.select_device``).  Either
     is merged over the backend's section of the config.  BackendUnavailable when ``name`` cannot
     be imported here (so its selector is unknown); ConfigError when it has no selector."""
     if cfg.devices == "all" or not primary:
+        cls = registry.backend_class(name) if registry.probe(name).available else None
+        seen = registry.probe(name).devices
+        if primary and cls is not None and cls.one_device_per_instance and len(seen) > 1:
+            return [(name, {**cfg.backend_options(name), **cls.select_device(i)}, f"#{i}")
+                    for i in range(len(seen))]
         return [(name, cfg.backend_options(name), None)]
     out: list[tuple[str, dict[str, Any], str | None]] = []
     for i, entry in enumerate(cfg.devices):
