@@ -23,13 +23,13 @@ lint: $(STAMP)
 test-full: build
 	UNIFL_FULL=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
-# ---- FATE plugin (issue 7): FATE lives in its own venv (pyfate pins pydantic 1, we use 2) -------
+# ---- FATE plugin: FATE lives in its own venv (pyfate pins pydantic 1, we use 2) -------
 # torch==2.13.0 first: where a CPU wheel is on pip's find-links (or PyTorch's CPU index is set) it
 # is taken instead of PyPI's CUDA build.  unifl itself comes from the tree (PYTHONPATH), not pip.
 FATE_VENV  ?= .venv-fate
 FATE_STAMP := $(FATE_VENV)/.fate-installed
 FATE_PINS  := pyfate==2.2.0 pandas==2.2.3 "setuptools<81" torch==2.13.0 gmpy2==2.3.2 PyYAML==6.0.3 \
-              tqdm==4.70.1 rich==13.7.1 pytest==9.0.3 phe==1.5.0 matplotlib==3.10.7
+ rich==13.7.1 pytest==9.0.3 phe==1.5.0 matplotlib==3.10.7
 
 $(FATE_STAMP):
 	$(PYTHON) -m venv $(FATE_VENV)

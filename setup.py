@@ -119,7 +119,7 @@ setup(
     package_data={"unifl": package_data},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24", "gmpy2>=2.1", "pyyaml>=6", "pydantic>=2", "rich>=13",
-                      "typer>=0.9", "tqdm>=4", "grpcio>=1.60", "protobuf>=5", "cryptography>=42"],
+                      "typer>=0.9", "grpcio>=1.60", "protobuf>=5", "cryptography>=42"],
     extras_require=extras_require,
     cmdclass={"build_ext": BuildExt},
     ext_modules=ext_modules,

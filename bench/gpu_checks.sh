@@ -45,6 +45,7 @@ else
         else step waves 200 env UNIFL_GPU_WAVE=$w "$PY" bench/bench_gpu_waves.py; fi
     done
     step bench_gpu 500 "$PY" bench/bench_gpu.py --json "$OUT/bench_gpu.json" --plot "$OUT/gpu_sweep.png"
+    step owner 300 "$PY" bench/bench_owner_encrypt.py --json "$OUT/owner.json"
 fi
 if [ "$QUICK" = full ]; then
     step unifl_bench 500 "$PY" -m unifl bench --suite table2 --suite ops \

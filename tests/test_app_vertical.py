@@ -278,7 +278,7 @@ def small_vlr_model():
 @pytest.mark.parametrize("guest_be,host_be",
                          [(g, h) for g in PAIR_BACKENDS for h in PAIR_BACKENDS if (g, h) != ("cpu", "cpu")])
 def test_every_pair_of_backends_gives_the_same_model(small_vlr_model, guest_be, host_be):
-    """Issue 6: mixed-hardware runs give identical models, for every ordered pair of backends."""
+    """Mixed-hardware runs give identical models, for every ordered pair of backends."""
     j, ref = small_vlr_model
     res = run_local(j, BE, backends={"guest": unifl.backend(guest_be), "host": unifl.backend(host_be)})
     for role in ("guest", "host"):

@@ -1,4 +1,4 @@
-"""Data residency (issue 4): results of a backend that keeps them in device memory
+"""Data residency: results of a backend that keeps them in device memory
 (``unifl.base_op.DeviceBatch``) stay there across chained SDK calls until something fetches them.
 
 Two parts:
