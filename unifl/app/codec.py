@@ -333,18 +333,18 @@ class _Reader:
             if not (self.allow_private_key and depth == 0):
                 raise SerializationError("a private key arrived in an ordinary message; private "
                                          "keys are accepted only by Channel.recv_private_key")
-            key = serialize.key_from_json(self.take(self.length()), min_bits=self.min_key_bits)
-            if not isinstance(key, (paillier.PrivateKey, rsa.PrivateKey)):
-                raise SerializationError(f"tag K holds a {type(key).__name__}, not a private key")
-            return key
+            received = serialize.key_from_json(self.take(self.length()), min_bits=self.min_key_bits)
+            if not isinstance(received, (paillier.PrivateKey, rsa.PrivateKey)):
+                raise SerializationError(f"tag K holds a {type(received).__name__}, not a private key")
+            return received
         if tag in (b"P", b"R"):
-            key = serialize.key_from_json(self.take(self.length()), min_bits=self.min_key_bits)
+            received = serialize.key_from_json(self.take(self.length()), min_bits=self.min_key_bits)
             want = paillier.PublicKey if tag == b"P" else rsa.PublicKey
-            if not isinstance(key, want):
-                raise SerializationError(f"tag {tag.decode()} holds a {type(key).__name__}")
-            if self.on_key is not None and isinstance(key, paillier.PublicKey):
-                self.on_key(key)
-            return key
+            if not isinstance(received, want):
+                raise SerializationError(f"tag {tag.decode()} holds a {type(received).__name__}")
+            if self.on_key is not None and isinstance(received, paillier.PublicKey):
+                self.on_key(received)
+            return received
         if tag == b"E":
             frame = self.take(self.length())
             if len(frame) < 24:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core.errors import EncodingOverflowError, OperandError
 
@@ -40,7 +41,7 @@ class Encoded:
     bound: int
 
 
-def default_scale(values) -> int:
+def default_scale(values: npt.ArrayLike) -> int:
     """0 for integer data (exact), DEFAULT_SCALE_BITS for anything with a fractional part."""
     arr = np.asarray(values)
     if arr.dtype.kind in "iub":
@@ -70,7 +71,7 @@ def _round_scaled(x: float, scale_bits: int) -> int:
     return round(Fraction(num << scale_bits, den))
 
 
-def encode(values, scale_bits: int, max_int: int) -> Encoded:
+def encode(values: npt.ArrayLike, scale_bits: int, max_int: int) -> Encoded:
     """round(x·2^scale_bits) for every x of ``values`` (array-like of ints or floats), signed,
     halves rounded to even; exact for every float64 and every scale in [0, MAX_SCALE_BITS].
 
@@ -135,7 +136,8 @@ def from_residues(residues: list[int], n: int, max_int: int) -> list[int]:
     return out
 
 
-def decode(ints: list[int], scale_bits: int, shape=None, exact: bool = False) -> np.ndarray:
+def decode(ints: list[int], scale_bits: int, shape: tuple[int, ...] | None = None,
+           exact: bool = False) -> np.ndarray:
     """Signed ints at scale 2^scale_bits to a float64 array (or Python ints with ``exact`` and s=0)."""
     if exact or scale_bits == 0:
         vals: list[Fraction] | list[int] = (

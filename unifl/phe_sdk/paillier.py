@@ -49,6 +49,7 @@ import numpy as np
 from .. import base_op, mod_op
 from ..base_op import MontContext, from_limbs, mont_context, to_limbs
 from ..core.exponents import window_digits
+from ..core.backend import Backend
 from ..core.contract import Limbs, OpContract
 from ..core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
 from ..core.limbs import less_than, limb_count
@@ -136,7 +137,7 @@ class PublicKey:
         return to_limbs(rs, self.n_ctx.num_limbs)
 
     # ---- obfuscation-factor pool (r^n computed ahead of use, each used once)
-    def precompute(self, count: int, backend=None) -> None:
+    def precompute(self, count: int, backend: Backend | str | None = None) -> None:
         """Compute ``count`` obfuscation factors r^n mod n² now (e.g. while idle), for later encryptions.
 
         Each factor is consumed by exactly one encryption and then discarded.
@@ -169,7 +170,7 @@ class PublicKey:
 
     # ---- DJN fixed base
     def enable_fixed_base(self, window: int | None = None, exp_bits: int | None = None,
-                          backend=None) -> FixedBase:
+                          backend: Backend | str | None = None) -> FixedBase:
         """Switch encryption to the DJN fixed-base variant (see the module docstring).
 
         Args:
@@ -201,7 +202,7 @@ class PublicKey:
         return fb
 
     # ---- raw API (python-paillier compatible)
-    def raw_encrypt(self, plaintexts: Sequence[int], backend=None,
+    def raw_encrypt(self, plaintexts: Sequence[int], backend: Backend | str | None = None,
                     r_values: Sequence[int] | None = None) -> list[int]:
         """Ciphertexts (1 + m·n)·r^n mod n² of raw plaintexts m in [0, n), as Python ints.
 
@@ -218,7 +219,8 @@ class PublicKey:
         c_mont = encrypt_limbs(be, self, m, r=r)
         return from_limbs(base_op.from_mont(be, self.nsquare_ctx, c_mont))
 
-    def ciphertext_limbs(self, ciphertexts: Sequence[int], backend=None) -> Limbs:
+    def ciphertext_limbs(self, ciphertexts: Sequence[int], backend: Backend | str | None = None
+                         ) -> Limbs:
         """Plain ciphertext ints (each a unit mod n² in [1, n²)) to Montgomery-form limbs.
 
         Raises:
@@ -296,7 +298,7 @@ class PrivateKey:
     def __hash__(self) -> int:
         return hash(("paillier-sk", self.p, self.q))
 
-    def raw_encrypt(self, plaintexts: Sequence[int], backend=None,
+    def raw_encrypt(self, plaintexts: Sequence[int], backend: Backend | str | None = None,
                     r_values: Sequence[int] | None = None) -> list[int]:
         """Encryption by the key owner, with the CRT mod p² and q² (see :func:`encrypt_limbs`);
         identical to ``public_key.raw_encrypt`` for the same r."""
@@ -309,7 +311,8 @@ class PrivateKey:
         c_mont = encrypt_limbs(be, pk, m, r=r, private_key=self)
         return from_limbs(base_op.from_mont(be, pk.nsquare_ctx, c_mont))
 
-    def raw_decrypt(self, ciphertexts: Sequence[int], backend=None) -> list[int]:
+    def raw_decrypt(self, ciphertexts: Sequence[int], backend: Backend | str | None = None
+                    ) -> list[int]:
         """Plaintexts in [0, n) of plain ciphertext ints (python-paillier's ``raw_decrypt``)."""
         be = resolve_backend(backend)
         c_mont = self.public_key.ciphertext_limbs(ciphertexts, be)
@@ -381,7 +384,8 @@ def _ops(be: Any) -> OpContract:
     return cast(OpContract, be)
 
 
-def _finish(be, pk: "PublicKey | PaillierPublicMaterial", m: Limbs, obf_mont: Limbs) -> Limbs:
+def _finish(be: Backend, pk: "PublicKey | PaillierPublicMaterial", m: Limbs, obf_mont: Limbs
+            ) -> Limbs:
     """c̄ = (1 + m·n)·obf in Montgomery form: MontMult(g^m, obf̄) = g^m·obf, then into the
     domain."""
     ctx = pk.nsquare_ctx
@@ -389,8 +393,9 @@ def _finish(be, pk: "PublicKey | PaillierPublicMaterial", m: Limbs, obf_mont: Li
     return base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, gm, obf_mont, checked=False))
 
 
-def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = None,
-                  use_pool: bool = True, private_key: "PrivateKey | None" = None) -> Limbs:
+def encrypt_limbs(backend: Backend | str | None, pk: PublicKey, m: np.ndarray,
+                  r: np.ndarray | None = None, use_pool: bool = True,
+                  private_key: "PrivateKey | None" = None) -> Limbs:
     """Encrypt raw plaintext limbs (N, Ln), each in [0, n), to Montgomery-form ciphertexts (N, L2).
 
     Order of preference: explicit ``r``; the precomputed pool; the fixed-base variant when enabled;
@@ -436,7 +441,8 @@ def encrypt_limbs(backend, pk: PublicKey, m: np.ndarray, r: np.ndarray | None = 
 # ---- the fused Paillier ops of the contract, composed on any backend from key records
 # (each runs the backend's native op when it has it; the scheduler's fallback re-runs a failed op
 # through these with the op's own arguments)
-def paillier_encrypt(backend, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
+def paillier_encrypt(backend: Backend | str | None, pk: PaillierPublicMaterial, m: Limbs, r: Limbs
+                     ) -> Limbs:
     """(1 + m·n)·r^n·R mod n² for m, r (N, Ln): r^n by ModExp in the Montgomery domain."""
     be = resolve_backend(backend)
     if be.implements("paillier_encrypt"):
@@ -446,8 +452,8 @@ def paillier_encrypt(backend, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) ->
     return _finish(be, pk, m, mod_op.mont_exp(be, ctx, r_mont, mod_op.exp_limbs(pk.n)))
 
 
-def paillier_encrypt_fixed_base(backend, pk: PaillierPublicMaterial, m: Limbs,
-                                a: np.ndarray) -> Limbs:
+def paillier_encrypt_fixed_base(backend: Backend | str | None, pk: PaillierPublicMaterial,
+                                m: Limbs, a: np.ndarray) -> Limbs:
     """(1 + m·n)·hs^a·R mod n² (DJN), hs^a from the full-size comb table of the record's base."""
     be = resolve_backend(backend)
     if be.implements("paillier_encrypt_fixed_base"):
@@ -457,8 +463,8 @@ def paillier_encrypt_fixed_base(backend, pk: PaillierPublicMaterial, m: Limbs,
     return _finish(be, pk, m, _comb_power(be, pk.nsquare_ctx, table, fb.window, a))
 
 
-def paillier_encrypt_owner(backend, sk: PaillierPrivateMaterial, m: Limbs, yp: Limbs,
-                           yq: Limbs) -> Limbs:
+def paillier_encrypt_owner(backend: Backend | str | None, sk: PaillierPrivateMaterial, m: Limbs,
+                           yp: Limbs, yq: Limbs) -> Limbs:
     """Key-owner encryption with the CRT: c̄ = (1 + m·n)·CRT(yp^p mod p², yq^q mod q²)·R mod n².
 
     Why this is an encryption under a uniform r: x^p mod p² depends only on x mod p, so
@@ -483,8 +489,8 @@ def paillier_encrypt_owner(backend, sk: PaillierPrivateMaterial, m: Limbs, yp: L
     return _owner_combine(be, sk, m, xp, xq)
 
 
-def paillier_encrypt_owner_fixed_base(backend, sk: PaillierPrivateMaterial, m: Limbs,
-                                      a: np.ndarray) -> Limbs:
+def paillier_encrypt_owner_fixed_base(backend: Backend | str | None, sk: PaillierPrivateMaterial,
+                                      m: Limbs, a: np.ndarray) -> Limbs:
     """(1 + m·n)·hs^a·R mod n² by the key owner: hs^a mod p² and hs^a mod q² from comb tables of
     hs mod p² and hs mod q², joined by the CRT.  The half-size tables make each MontMult about a
     quarter of the full-size comb's, two of them per window: about half its work for the same
@@ -500,7 +506,8 @@ def paillier_encrypt_owner_fixed_base(backend, sk: PaillierPrivateMaterial, m: L
     return _owner_combine(be, sk, m, halves[0], halves[1])
 
 
-def paillier_decrypt(backend, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
+def paillier_decrypt(backend: Backend | str | None, sk: PaillierPrivateMaterial, c_mont: Limbs
+                     ) -> Limbs:
     """m (N, Ln) from Montgomery-form ciphertexts (N, L2) with the CRT (see the module docstring).
 
     Raises:
@@ -530,7 +537,7 @@ def paillier_decrypt(backend, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Lim
 
 
 # ---- key-owner encryption (CRT): the composed parts
-def _owner_obfuscation_bases(be, sk: PaillierPrivateMaterial, r: np.ndarray
+def _owner_obfuscation_bases(be: Backend, sk: PaillierPrivateMaterial, r: np.ndarray
                              ) -> tuple[Limbs, Limbs]:
     """(y_p, y_q) = (r^q mod p, r^p mod q) for given r (N, Ln): then y_p^p ≡ r^(q·p) = r^n (mod p²)
     and y_q^q ≡ r^n (mod q²), so :func:`paillier_encrypt_owner` of them is (1 + m·n)·r^n mod n²,
@@ -546,7 +553,7 @@ def _owner_obfuscation_bases(be, sk: PaillierPrivateMaterial, r: np.ndarray
     return out[0], out[1]
 
 
-def _owner_constants(be, sk: PaillierPrivateMaterial) -> dict[str, np.ndarray]:
+def _owner_constants(be: Backend, sk: PaillierPrivateMaterial) -> dict[str, np.ndarray]:
     """The one-row constants of :func:`_owner_combine`, once per record and backend instance:
     ``j`` = (p²)^-1·R_q mod q² (a MontMult mod q² by it multiplies by (p²)^-1), ``psq`` = p²·R mod
     n² (a MontMult by it multiplies by p², exactly when the product is < n²), ``n`` = n·R² mod n²
@@ -560,7 +567,8 @@ def _owner_constants(be, sk: PaillierPrivateMaterial) -> dict[str, np.ndarray]:
     return be.state.get(sk, "owner_constants", build)
 
 
-def _owner_combine(be, sk: PaillierPrivateMaterial, m: Limbs, xp: Limbs, xq: Limbs) -> Limbs:
+def _owner_combine(be: Backend, sk: PaillierPrivateMaterial, m: Limbs, xp: Limbs, xq: Limbs
+                   ) -> Limbs:
     """c̄ = (1 + m·n)·x·R mod n² for the x < n² with x ≡ xp (mod p²), x ≡ xq (mod q²).
 
     Garner, oriented so that nothing needs reducing (p < q, so xp < p² < q²):
@@ -587,7 +595,8 @@ def _owner_combine(be, sk: PaillierPrivateMaterial, m: Limbs, xp: Limbs, xq: Lim
     return base_op.mont_mul(be, n2, g_mont, x_mont, checked=False)
 
 
-def _owner_fixed_base_tables(be, sk: PaillierPrivateMaterial) -> tuple[np.ndarray, np.ndarray]:
+def _owner_fixed_base_tables(be: Backend, sk: PaillierPrivateMaterial
+                             ) -> tuple[np.ndarray, np.ndarray]:
     """The comb tables of hs mod p² and hs mod q² (Montgomery form of each half-size modulus), held
     by the backend instance and keyed by the private record (a new fixed base is a new record)."""
     def build() -> tuple[np.ndarray, np.ndarray]:
@@ -610,7 +619,7 @@ def _require_fixed_base(pk: PaillierPublicMaterial) -> FixedBase:
     return pk.fixed_base
 
 
-def _fixed_base_table(be, pk: PaillierPublicMaterial) -> np.ndarray:
+def _fixed_base_table(be: Backend, pk: PaillierPublicMaterial) -> np.ndarray:
     """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key.
 
     Held by the backend instance, keyed by the key's record: a new fixed base (a new record) never
@@ -620,7 +629,7 @@ def _fixed_base_table(be, pk: PaillierPublicMaterial) -> np.ndarray:
         be, pk.nsquare_ctx, fb.hs_mont[None, :].copy(), fb.exp_bits, fb.window))
 
 
-def _comb_table(be, ctx: MontContext, base_mont: np.ndarray, exp_bits: int, window: int
+def _comb_table(be: Backend, ctx: MontContext, base_mont: np.ndarray, exp_bits: int, window: int
                 ) -> np.ndarray:
     """table[j, d−1] = base^(d·2^(window·j)) (Montgomery form), j < ceil(exp_bits/window)."""
     nwin = -(-exp_bits // window)
@@ -637,7 +646,7 @@ def _comb_table(be, ctx: MontContext, base_mont: np.ndarray, exp_bits: int, wind
     return table
 
 
-def _comb_power(be, ctx: MontContext, table: np.ndarray, window: int, a: np.ndarray
+def _comb_power(be: Backend, ctx: MontContext, table: np.ndarray, window: int, a: np.ndarray
                 ) -> Limbs:
     """base^a for each row of ``a``, as a grouped product of comb-table entries (Montgomery form).
 
@@ -658,7 +667,7 @@ def _comb_power(be, ctx: MontContext, table: np.ndarray, window: int, a: np.ndar
     return mod_op.mont_prod_groups(be, ctx, entries, rows, a.shape[0])
 
 
-def _fixed_base_obfuscators(be, pk: "PublicKey | PaillierPublicMaterial", a: np.ndarray
+def _fixed_base_obfuscators(be: Backend, pk: "PublicKey | PaillierPublicMaterial", a: np.ndarray
                             ) -> Limbs:
     """hs^a mod n² for each row of ``a`` (Montgomery form), from the full-size comb table."""
     rec = pk if isinstance(pk, PaillierPublicMaterial) else pk.material
@@ -740,7 +749,7 @@ def _random_limbs(count: int, bits: int, below: int | None = None) -> np.ndarray
     return out
 
 
-def decrypt_limbs(backend, sk: PrivateKey, c_mont: Limbs) -> Limbs:
+def decrypt_limbs(backend: Backend | str | None, sk: PrivateKey, c_mont: Limbs) -> Limbs:
     """Decrypt Montgomery-form ciphertexts (N, L2) to plaintext limbs (N, Ln) with the CRT
     (:func:`paillier_decrypt`)."""
     be = resolve_backend(backend)

@@ -20,6 +20,7 @@ import gmpy2
 import numpy as np
 
 from .. import mod_op
+from ..core.backend import Backend
 from ..base_op import from_limbs, mont_context
 from ..core.errors import OperandError, SignatureError, WeakKeyError
 from ._util import resolve_backend
@@ -69,17 +70,18 @@ class PublicKey:
     def __repr__(self) -> str:
         return f"<rsa.PublicKey {self.bits} bits, e={self.e}>"
 
-    def _limbs(self, values: Sequence[int]):
+    def _limbs(self, values: Sequence[int]) -> np.ndarray:
         return self.n_ctx.to_limbs([int(v) for v in values])
 
-    def raw_encrypt(self, values: Sequence[int], backend=None) -> list[int]:
+    def raw_encrypt(self, values: Sequence[int], backend: Backend | str | None = None
+                    ) -> list[int]:
         """x^e mod n for every x in [0, n) (O7, public direction)."""
         be = resolve_backend(backend)
         return from_limbs(mod_op.mod_exp(be, self.n_ctx, self._limbs(values),
                                          mod_op.exp_limbs(self.e)))
 
-    def blind(self, values: Sequence[int], backend=None, r_values: Sequence[int] | None = None
-              ) -> tuple[list[int], list[int]]:
+    def blind(self, values: Sequence[int], backend: Backend | str | None = None,
+              r_values: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
         """Blind hashed values (O8): returns ``(blinded, r)`` with blinded = x·r^e mod n.
 
         Keep ``r`` private; pass it to :meth:`unblind`.
@@ -96,7 +98,8 @@ class PublicKey:
         blinded = mod_op.mod_mul(be, self.n_ctx, self._limbs(vals), re)
         return from_limbs(blinded), rs
 
-    def unblind(self, signed: Sequence[int], r_values: Sequence[int], backend=None) -> list[int]:
+    def unblind(self, signed: Sequence[int], r_values: Sequence[int],
+                backend: Backend | str | None = None) -> list[int]:
         """Remove the blinding (O9): s·r^-1 mod n."""
         be = resolve_backend(backend)
         if len(signed) != len(r_values):
@@ -110,7 +113,8 @@ class PublicKey:
             inv.append(int(gmpy2.invert(r, self.n)))
         return from_limbs(mod_op.mod_mul(be, self.n_ctx, s_limbs, self._limbs(inv)))
 
-    def verify(self, values: Sequence[int], signatures: Sequence[int], backend=None) -> None:
+    def verify(self, values: Sequence[int], signatures: Sequence[int],
+               backend: Backend | str | None = None) -> None:
         """Check s^e == x mod n for every pair (batched); a signer's wrong answer raises.
 
         Raises:
@@ -144,7 +148,8 @@ class PrivateKey:
     def __repr__(self) -> str:  # never shows the primes
         return f"<rsa.PrivateKey for {self.public_key!r}>"
 
-    def raw_decrypt(self, values: Sequence[int], backend=None) -> list[int]:
+    def raw_decrypt(self, values: Sequence[int], backend: Backend | str | None = None
+                    ) -> list[int]:
         """y^d mod n with the CRT (O7 private direction; signing blinded values in PSI)."""
         be = resolve_backend(backend)
         ys = [int(v) for v in values]
@@ -171,7 +176,7 @@ class PrivateKey:
     sign = raw_decrypt
 
 
-def _verify_limbs(be, pk: PublicKey, x: np.ndarray, s: np.ndarray) -> None:
+def _verify_limbs(be: Backend, pk: PublicKey, x: np.ndarray, s: np.ndarray) -> None:
     """Raise SignatureError unless s^e == x mod n row by row (one batched ModExp)."""
     if len(x) == 0:
         return

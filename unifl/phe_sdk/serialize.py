@@ -38,10 +38,12 @@ import json
 import re
 import struct
 import zlib
+from typing import Any, Sequence, Union
 
 import numpy as np
 
 from .. import base_op
+from ..core.backend import Backend
 from ..core.limbs import less_than
 from ..core.errors import KeyMismatchError, SerializationError, WeakKeyError
 from . import paillier, rsa
@@ -57,8 +59,11 @@ MAX_NDIM = 32
 _INT64_MAX = (1 << 63) - 1
 _HEX = re.compile(r"[0-9a-fA-F]{1,8192}")
 
+#: every key this module reads and writes
+Key = Union[paillier.PublicKey, paillier.PrivateKey, rsa.PublicKey, rsa.PrivateKey]
 
-def element_count(shape, what: str = "array") -> int:
+
+def element_count(shape: Sequence[int], what: str = "array") -> int:
     """Number of elements of a received ``shape``, computed with Python ints (no int64 wrap).
 
     Refuses more than MAX_NDIM dimensions, and shapes whose element count -- or the product of
@@ -88,7 +93,7 @@ def _hex(v: int) -> str:
     return format(int(v), "x")
 
 
-def _int(obj: dict, field: str) -> int:
+def _int(obj: dict[str, Any], field: str) -> int:
     text = obj.get(field)
     # digits only (int() would also take signs, "0x", "_" and spaces); 8192 hex digits is 32768 bits
     if not isinstance(text, str) or not _HEX.fullmatch(text):
@@ -105,7 +110,7 @@ def _check_floor(kind: str, n: int, min_bits: int | None) -> None:
                            f"{min_bits} bits (key_bits)")
 
 
-def key_to_json(key) -> str:
+def key_to_json(key: Key) -> str:
     """A Paillier or RSA key (public or private) as a JSON string.  Private keys hold secrets:
     store them like any private key file, never log them."""
     if isinstance(key, paillier.PublicKey):
@@ -121,7 +126,7 @@ def key_to_json(key) -> str:
     return json.dumps({"unifl": FORMAT_VERSION, **obj})
 
 
-def key_from_json(text: str | bytes, min_bits: int | None = None):
+def key_from_json(text: str | bytes, min_bits: int | None = None) -> Key:
     """Inverse of :func:`key_to_json`; validates the key.
 
     Size limits come before any primality test or exponentiation on a hostile key: the modulus at
@@ -178,7 +183,8 @@ def array_to_bytes(arr: EncryptedArray) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) -> EncryptedArray:
+def array_from_bytes(data: bytes, public_key: paillier.PublicKey,
+                     backend: Backend | str | None = None) -> EncryptedArray:
     """Parse a frame produced by :func:`array_to_bytes` for ``public_key``."""
     data = bytes(data)
     if len(data) < _HEAD.size + 8:
@@ -226,8 +232,7 @@ def array_from_bytes(data: bytes, public_key: paillier.PublicKey, backend=None) 
 
 
 # ---------------------------------------------------------------- one pair for every object
-def dumps(obj: "paillier.PublicKey | paillier.PrivateKey | rsa.PublicKey | rsa.PrivateKey | EncryptedArray"
-          ) -> bytes:
+def dumps(obj: Key | EncryptedArray) -> bytes:
     """A key as its JSON document (UTF-8), an encrypted array as one binary frame.
 
     Private keys hold secrets: store them like any private key file, never log them."""
@@ -237,7 +242,8 @@ def dumps(obj: "paillier.PublicKey | paillier.PrivateKey | rsa.PublicKey | rsa.P
 
 
 def loads(data: bytes | str, public_key: "paillier.PublicKey | None" = None,
-          backend=None, min_bits: int | None = None):
+          backend: Backend | str | None = None, min_bits: int | None = None
+          ) -> EncryptedArray | Key:
     """Inverse of :func:`dumps`: a frame (it starts with ``b"UFLC"``) becomes an EncryptedArray and
     needs the ``public_key`` it was made under; anything else is read as a key document.
 

@@ -40,7 +40,9 @@ import numpy as np
 
 from ...core.errors import BackendUnavailable
 from ...core.backend import ProbeResult
+from ...core.contract import Limbs
 from ...core.errors import ConfigError
+from ...core.montgomery import MontContext
 from .kernel_backend import KernelBackend, _c
 from .options import GpuOptions
 
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 
 class GpuBackend(KernelBackend):
     name = "gpu"
+    one_device_per_instance = True
 
     options_model = GpuOptions
     options: GpuOptions
@@ -81,7 +84,7 @@ class GpuBackend(KernelBackend):
         names = self.probe_result.devices if self.probe_result else []
         return [next((d for d in names if d.startswith(f"cuda:{dev} ")), f"cuda:{dev}")]
 
-    def own_batch(self, x):
+    def own_batch(self, x: Any) -> Limbs:
         """Our own device batches stay on the device; a one-row broadcast view stays a view (the
         kernels read one shared row); anything else becomes a contiguous host array."""
         if self.engine.holds(x):
@@ -91,7 +94,7 @@ class GpuBackend(KernelBackend):
             return x
         return np.ascontiguousarray(x, dtype=np.uint64)
 
-    def op_mod_exp(self, ctx, base, exps):
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         if self.cgbn:
             out = self.engine.cgbn_mod_exp(self._ctx(ctx), _c(base), _c(exps))
             if out is not None:

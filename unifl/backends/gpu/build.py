@@ -24,7 +24,10 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from setuptools import Extension
 
 ARCH_FLAGS = ["-gencode", "arch=compute_80,code=sm_80",
               "-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
@@ -32,7 +35,15 @@ LIBRARY = "libunifl_gpu.so"
 BUILD_INFO = "_build_info.json"
 
 
-def extensions(ctx: Any) -> list[Any]:
+class BuildContext(Protocol):
+    """What this step uses of setup.py's ``BuildContext`` (defined there: setup.py is not
+    importable from here)."""
+
+    folder: str
+    package: str
+
+
+def extensions(ctx: BuildContext) -> list[Extension]:
     """The host harness (the kernel bodies under g++)."""
     from pybind11.setup_helpers import Pybind11Extension
 
@@ -48,18 +59,19 @@ def extensions(ctx: Any) -> list[Any]:
     )]
 
 
-def package_data(ctx: Any) -> list[str]:
-    """The kernel sources, the nvcc-built library and the record of how it was (not) built."""
-    return ["src/*", LIBRARY, BUILD_INFO]
+def package_data(ctx: BuildContext) -> list[str]:
+    """The kernel sources, the nvcc-built library and the record of how it was (not) built; the
+    type stub of the host harness (``_gpu_host.pyi``)."""
+    return ["src/*", LIBRARY, BUILD_INFO, "*.pyi"]
 
 
-def extras_require(ctx: Any) -> dict[str, list[str]]:
+def extras_require(ctx: BuildContext) -> dict[str, list[str]]:
     """``pip install unifl[cuda]``: the pinned nvcc toolchain from pip (no system CUDA needed)."""
     return {"cuda": ["nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88",
                      "nvidia-cuda-crt==13.0.88", "nvidia-cuda-runtime==13.0.96"]}
 
 
-def after_build_ext(ctx: Any, out_dir: str) -> None:
+def after_build_ext(ctx: BuildContext, out_dir: str) -> None:
     """Compile the CUDA library into ``out_dir`` (the source folder for in-place and editable
     builds, else the build tree) and record the outcome in ``_build_info.json``."""
     _build_cuda(ctx.folder, out_dir)

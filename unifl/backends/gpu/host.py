@@ -14,19 +14,25 @@ operation (e.g. one launch, one upload, no download for a fused key-owner encryp
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable, TypeGuard
 
 import numpy as np
 
 from ...core.backend import ProbeResult
+from ...core.contract import Limbs
 from ...core.limbs import DeviceBatch
 from .kernel_backend import KernelBackend
 
 try:
-    from . import _gpu_host  # type: ignore[attr-defined]  # (a compiled module, no stub)
+    from . import _gpu_host  # the compiled harness (src/gpu_host.cpp), typed by _gpu_host.pyi
 except ImportError as exc:  # extension not built
-    _gpu_host = None
+    # None marks "not built": probe() reports it (and the tests skip on it), so the name is the
+    # stub's module (as mypy types it) wherever an engine call uses it
+    _gpu_host = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc)
+
+#: a harness entry point: (key, *operands, *tail, soa, threads) -> result rows
+_Kernel = Callable[..., np.ndarray]
 
 STAND_IN = "CUDA kernel bodies run on the host CPU (no GPU)"
 
@@ -59,14 +65,15 @@ class HostEngine:
         """Kernel calls, staged host-operand transfers (key blobs included) and downloads so far."""
         return dict(self.counts)
 
-    def holds(self, x: Any) -> bool:
+    def holds(self, x: Any) -> TypeGuard[HostBatch]:
         return isinstance(x, HostBatch) and x._engine is self
 
     def prepare(self, blob: np.ndarray, kind: int) -> np.ndarray:
         self.counts["uploads"] += 1
         return np.ascontiguousarray(blob, dtype=np.uint64)
 
-    def _call(self, fn, key, *operands, tail=()) -> Any:
+    def _call(self, fn: _Kernel, key: np.ndarray, *operands: Limbs, tail: tuple[int, ...] = ()
+              ) -> Limbs:
         """One kernel call: own batches in place, host operands staged (one upload for all)."""
         staged = False
         args = []
@@ -81,22 +88,22 @@ class HostEngine:
         out = fn(key, *args, *tail, self.soa, self.threads)
         return HostBatch(self, out) if self.resident else out
 
-    def mul(self, key, a, b, mode):
+    def mul(self, key: np.ndarray, a: Limbs, b: Limbs, mode: int) -> Limbs:
         return self._call(_gpu_host.mul, key, a, b, tail=(mode,))
 
-    def exp(self, key, base, exps, mode):
+    def exp(self, key: np.ndarray, base: Limbs, exps: np.ndarray, mode: int) -> Limbs:
         return self._call(_gpu_host.exp, key, base, exps, tail=(mode,))
 
-    def multi_exp(self, key, bases, exps):
+    def multi_exp(self, key: np.ndarray, bases: Limbs, exps: np.ndarray) -> Limbs:
         return self._call(_gpu_host.multi_exp, key, bases, exps)
 
-    def paillier_encrypt(self, pub, m, r):
+    def paillier_encrypt(self, pub: np.ndarray, m: Limbs, r: Limbs) -> Limbs:
         return self._call(_gpu_host.paillier_encrypt, pub, m, r)
 
-    def paillier_encrypt_owner(self, owner, m, yp, yq):
+    def paillier_encrypt_owner(self, owner: np.ndarray, m: Limbs, yp: Limbs, yq: Limbs) -> Limbs:
         return self._call(_gpu_host.paillier_encrypt_owner, owner, m, yp, yq)
 
-    def paillier_decrypt(self, priv, c):
+    def paillier_decrypt(self, priv: np.ndarray, c: Limbs) -> Limbs:
         return self._call(_gpu_host.paillier_decrypt, priv, c)
 
 
@@ -106,7 +113,7 @@ class GpuHostBackend(KernelBackend):
     name = "gpu_host"
 
     def __init__(self, soa: bool = True, threads: int | None = None, resident: bool = False,
-                 **options) -> None:
+                 **options: Any) -> None:
         super().__init__(**options)
         self.engine = HostEngine(soa=soa, threads=threads, resident=resident)
 

@@ -34,10 +34,12 @@ device-to-host copies, so a test or bench can check what an op costs beyond its 
 from __future__ import annotations
 
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 import numpy as np
 
+from ...core.contract import Limbs
+from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext
 from ...core.errors import InvalidCiphertextError, OperandError
 from ...core.backend import Backend
@@ -46,27 +48,30 @@ from . import keys
 
 class Engine(Protocol):
     """What a kernel engine offers: operands are its own batches or uint64 host arrays, results
-    its own batches (the CUDA engine's stay in device memory) or host arrays."""
+    its own batches (the CUDA engine's stay in device memory) or host arrays.  A key is what the
+    engine's ``prepare`` made of a blob, opaque to the backend (a host array for the host harness,
+    an uploaded ``runtime.DeviceKey`` for CUDA): typed Any here, each engine names its own."""
 
     def prepare(self, blob: np.ndarray, kind: int) -> Any: ...
     def holds(self, x: Any) -> bool: ...
     def counters(self) -> dict[str, int]: ...
-    def mul(self, key: Any, a: Any, b: Any, mode: int) -> Any: ...
-    def exp(self, key: Any, base: Any, exps: Any, mode: int) -> Any: ...
-    def multi_exp(self, key: Any, bases: Any, exps: np.ndarray) -> Any: ...
-    def paillier_encrypt(self, pub: Any, m: Any, r: Any) -> Any: ...
-    def paillier_encrypt_owner(self, owner: Any, m: Any, yp: Any, yq: Any) -> Any: ...
-    def paillier_decrypt(self, priv: Any, c: Any) -> Any: ...
+    def mul(self, key: Any, a: Limbs, b: Limbs, mode: int) -> Limbs: ...
+    def exp(self, key: Any, base: Limbs, exps: np.ndarray, mode: int) -> Limbs: ...
+    def multi_exp(self, key: Any, bases: Limbs, exps: np.ndarray) -> Limbs: ...
+    def paillier_encrypt(self, pub: Any, m: Limbs, r: Limbs) -> Limbs: ...
+    def paillier_encrypt_owner(self, owner: Any, m: Limbs, yp: Limbs, yq: Limbs) -> Limbs: ...
+    def paillier_decrypt(self, priv: Any, c: Limbs) -> Limbs: ...
 
 
 MONT_MUL, MOD_MUL = 0, 1   # MulMode in kernels.cuh
 MONT_EXP, MOD_EXP = 0, 1   # ExpMode in kernels.cuh
 KIND_CTX, KIND_PUB, KIND_PRIV, KIND_OWNER = 0, 1, 2, 3   # key blob kinds (keys.py)
 
+#: what a key blob is built from: a MontContext or a key-material record
+_Holder = TypeVar("_Holder", MontContext, PaillierPublicMaterial, PaillierPrivateMaterial)
 
 
-
-def _c(a: np.ndarray) -> np.ndarray:
+def _c(a: Limbs) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.uint64)
 
 
@@ -79,7 +84,7 @@ class KernelBackend(Backend):
                             "paillier_decrypt"})
     engine: Engine
 
-    def own_batch(self, x: Any) -> Any:
+    def own_batch(self, x: Any) -> Limbs:
         """The engine's own (device-resident) batches pass through; anything else becomes a
         contiguous host array."""
         if self.engine.holds(x):
@@ -87,7 +92,7 @@ class KernelBackend(Backend):
         return np.ascontiguousarray(x, dtype=np.uint64)
 
     # ---- per-key constants, prepared (uploaded) once per instance, weakly keyed by the key record
-    def _key(self, holder: Any, build: Any, kind: int) -> Any:
+    def _key(self, holder: _Holder, build: Callable[[_Holder], np.ndarray], kind: int) -> Any:
         return self.state.get(holder, kind, lambda: self.engine.prepare(build(holder), kind))
 
     def _ctx(self, ctx: MontContext) -> Any:
@@ -98,34 +103,35 @@ class KernelBackend(Backend):
 
     # ---- base_op / mod_op: operands through own_batch (device batches and shared-row views pass
     # through on the gpu; contiguous host arrays otherwise); exponents always as host arrays (_c)
-    def op_mont_mul(self, ctx, a, b):
+    def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MONT_MUL)
 
-    def op_mod_mul(self, ctx, a, b):
+    def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MOD_MUL)
 
-    def op_mont_exp(self, ctx, base_mont, exps):
+    def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
         return self.engine.exp(self._ctx(ctx), self.own_batch(base_mont), _c(exps), MONT_EXP)
 
-    def op_mod_exp(self, ctx, base, exps):
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         return self.engine.exp(self._ctx(ctx), self.own_batch(base), _c(exps), MOD_EXP)
 
-    def op_mod_exp_secret(self, ctx, base, exps):
+    def op_mod_exp_secret(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         # the ModExp kernel: one launch, but not constant time (see the table in the module doc)
         return self.op_mod_exp(ctx, base, exps)
 
-    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+    def op_mont_multi_exp(self, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray) -> Limbs:
         return self.engine.multi_exp(self._ctx(ctx), self.own_batch(bases_mont), _c(exps))
 
     # ---- fused Paillier
-    def op_paillier_encrypt(self, pk, m, r):
+    def op_paillier_encrypt(self, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
         if pk.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
                                f"{32 * keys.MAX_LIMBS} bits")
         return self.engine.paillier_encrypt(self._key(pk, keys.pub_blob, KIND_PUB), self.own_batch(m),
                                             self.own_batch(r))
 
-    def op_paillier_encrypt_owner(self, sk, m, yp, yq):
+    def op_paillier_encrypt_owner(self, sk: PaillierPrivateMaterial, m: Limbs, yp: Limbs,
+                                  yq: Limbs) -> Limbs:
         """Key-owner CRT encryption in one kernel launch (both halves, the combine, the finish)."""
         if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
@@ -134,7 +140,7 @@ class KernelBackend(Backend):
                                                   self.own_batch(m), self.own_batch(yp),
                                                   self.own_batch(yq))
 
-    def op_paillier_decrypt(self, sk, c_mont):
+    def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
         if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
             raise OperandError(f"the {self.name} backend supports Paillier keys up to "
                                f"{32 * keys.MAX_LIMBS} bits")

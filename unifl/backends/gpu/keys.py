@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext, mont_context
 from ...core.limbs import limb_count, to_limbs
 
@@ -39,7 +40,7 @@ def ctx_blob(ctx: MontContext) -> np.ndarray:
                            _limbs(ctx.r_mod, L), _limbs(ctx.r2, L)])
 
 
-def pub_blob(pk) -> np.ndarray:
+def pub_blob(pk: PaillierPublicMaterial) -> np.ndarray:
     Ln = pk.n_ctx.num_limbs
     return np.concatenate([ctx_blob(pk.nsquare_ctx), _words(Ln), _limbs(pk.n, Ln)])
 
@@ -50,7 +51,7 @@ def _wide_reduction_constants(target: MontContext, chunks: int, factor: int) -> 
     return np.concatenate([_limbs(pow(R, j + 2, m) * factor % m, L) for j in range(chunks)])
 
 
-def priv_blob(sk) -> np.ndarray:
+def priv_blob(sk: PaillierPrivateMaterial) -> np.ndarray:
     pk = sk.public_key
     n2 = pk.nsquare_ctx
     p2, q2 = sk.psquare_ctx, sk.qsquare_ctx
@@ -72,7 +73,7 @@ def priv_blob(sk) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)
 
 
-def owner_blob(sk) -> np.ndarray:
+def owner_blob(sk: PaillierPrivateMaterial) -> np.ndarray:
     """The key-owner encryption blob of a private record (p < q, as the records keep them)."""
     pk = sk.public_key
     n2, p2, q2 = pk.nsquare_ctx, sk.psquare_ctx, sk.qsquare_ctx

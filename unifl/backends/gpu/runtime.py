@@ -20,9 +20,11 @@ import ctypes
 import json
 import os
 import threading
+from typing import Any, Callable, TypeGuard
 
 import numpy as np
 
+from ...core.contract import Limbs
 from ...core.limbs import DeviceBatch
 from ...core.errors import BackendUnavailable, ConfigError, DeviceError, OperandError
 
@@ -39,7 +41,7 @@ _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 
 
-def build_info() -> dict:
+def build_info() -> dict[str, Any]:
     """What setup.py recorded about the CUDA build (``{"built": bool, "reason": str, ...}``)."""
     try:
         with open(BUILD_INFO, encoding="utf-8") as fh:
@@ -133,7 +135,7 @@ def devices() -> list[str]:
     return names
 
 
-def _ptr(a: np.ndarray):
+def _ptr(a: np.ndarray) -> ctypes._Pointer[ctypes.c_uint64]:
     return a.ctypes.data_as(_u64p)
 
 
@@ -219,7 +221,7 @@ class CudaEngine:
         _check(self.lib, self.lib.unifl_gpu_counters(self.device, out))
         return {"launches": out[0], "uploads": out[1], "downloads": out[2]}
 
-    def holds(self, x) -> bool:
+    def holds(self, x: Any) -> TypeGuard[GpuBatch]:
         return (isinstance(x, GpuBatch) and x._lib is self.lib and bool(x.handle)
                 and x.device == self.device)
 
@@ -235,7 +237,7 @@ class CudaEngine:
                                                          self.device, ctypes.byref(h)))
         return GpuBatch(self.lib, h)
 
-    def _operand(self, x, keep: list) -> Operand:
+    def _operand(self, x: Limbs, keep: list[np.ndarray]) -> Operand:
         if self.holds(x):
             return Operand(x.handle, None, x.shape[0], x.shape[1])
         x = np.asarray(x, dtype=np.uint64)     # a batch of another device is fetched here
@@ -248,40 +250,42 @@ class CudaEngine:
         keep.append(x)
         return Operand(None, _ptr(x), rows, x.shape[1])
 
-    def _run(self, fn, key: DeviceKey, xs: list, *tail) -> GpuBatch:
+    def _run(self, fn: Callable[..., int], key: DeviceKey, xs: list[Limbs], *tail: int
+             ) -> GpuBatch:
         """``fn(key, *operands, *tail, &out)``: one op on this engine's device."""
-        keep: list = []
+        keep: list[np.ndarray] = []
         ops = [self._operand(x, keep) for x in xs]
         h = ctypes.c_void_p()
         _check(self.lib, fn(key.handle, *ops, *tail, ctypes.byref(h)))
         return GpuBatch(self.lib, h)
 
-    def mul(self, key: DeviceKey, a, b, mode: int) -> GpuBatch:
+    def mul(self, key: DeviceKey, a: Limbs, b: Limbs, mode: int) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_mul, key, [a, b], a.shape[0], mode)
 
-    def exp(self, key: DeviceKey, base, exps, mode: int) -> GpuBatch:
+    def exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray, mode: int) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_exp, key, [base, exps], base.shape[0], mode)
 
-    def multi_exp(self, key: DeviceKey, bases, exps: np.ndarray) -> GpuBatch:
+    def multi_exp(self, key: DeviceKey, bases: Limbs, exps: np.ndarray) -> GpuBatch:
         k, n, le = exps.shape
         exps = np.ascontiguousarray(exps, dtype=np.uint64)
-        keep: list = []
+        keep: list[np.ndarray] = []
         op = self._operand(bases, keep)
         h = ctypes.c_void_p()
         _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, op, n, _ptr(exps), k, le,
                                                       ctypes.byref(h)))
         return GpuBatch(self.lib, h)
 
-    def paillier_encrypt(self, pub: DeviceKey, m, r) -> GpuBatch:
+    def paillier_encrypt(self, pub: DeviceKey, m: Limbs, r: Limbs) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_paillier_encrypt, pub, [m, r], m.shape[0])
 
-    def paillier_encrypt_owner(self, owner: DeviceKey, m, yp, yq) -> GpuBatch:
+    def paillier_encrypt_owner(self, owner: DeviceKey, m: Limbs, yp: Limbs, yq: Limbs
+                               ) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_paillier_encrypt_owner, owner, [m, yp, yq], m.shape[0])
 
-    def paillier_decrypt(self, priv: DeviceKey, c) -> GpuBatch:
+    def paillier_decrypt(self, priv: DeviceKey, c: Limbs) -> GpuBatch:
         return self._run(self.lib.unifl_gpu_paillier_decrypt, priv, [c], c.shape[0])
 
-    def cgbn_mod_exp(self, key: DeviceKey, base, exps):
+    def cgbn_mod_exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray) -> np.ndarray | None:
         """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in or when
         the sizes fall outside its classes (moduli up to 4096 bits, exponents no wider)."""
         if not hasattr(self.lib, "unifl_gpu_cgbn_mod_exp"):

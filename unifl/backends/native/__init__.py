@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.contract import Limbs
 from ...core.errors import OperandError
 from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.limbs import to_limbs
@@ -28,12 +29,12 @@ from ...core.backend import Backend, ProbeResult
 from .options import NativeOptions
 
 try:
-    from . import _native  # type: ignore[attr-defined]  # (a compiled module, no stub)
+    from . import _native  # the compiled extension (src/native.cpp), typed by _native.pyi
 except ImportError as exc:  # extension not built
-    _native = None
+    # None marks "not built": probe() reports it, and the registry then refuses the backend, so
+    # the name is the stub's module (as mypy types it) wherever an op uses it
+    _native = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc)
-
-
 
 
 _c = np.ascontiguousarray
@@ -73,62 +74,68 @@ class NativeBackend(Backend):
     def devices(self) -> list[str]:
         return [f"host CPU ({self.threads} threads)"]
 
-    def modulus(self, ctx: MontContext) -> Any:
+    def modulus(self, ctx: MontContext) -> _native.Modulus:
         """The C++ Montgomery context of ``ctx`` (OpenSSL BN_MONT_CTX), built once per instance."""
         return self.state.get(ctx, "modulus", lambda: _native.Modulus(ctx.m_limbs))
 
     # ---- base_op / mod_op
-    def op_mont_mul(self, ctx, a, b):
+    def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         return _native.mont_mul(self.modulus(ctx), _c(a), _c(b), self.threads)
 
-    def op_mod_mul(self, ctx, a, b):
+    def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         return _native.mod_mul(self.modulus(ctx), _c(a), _c(b), self.threads)
 
-    def op_mod_exp(self, ctx, base, exps):
+    def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         return _native.mod_exp(self.modulus(ctx), _c(base), _c(exps), self.threads)
 
-    def op_mod_exp_secret(self, ctx, base, exps):
+    def op_mod_exp_secret(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         """base^e mod m in constant time (OpenSSL BN_mod_exp_mont_consttime per element)."""
         return _native.mod_exp_secret(self.modulus(ctx), _c(base), _c(exps), self.threads)
 
-    def op_mont_exp(self, ctx, base_mont, exps):
+    def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
         return _native.mont_exp(self.modulus(ctx), _c(base_mont), _c(exps), self.threads)
 
-    def op_mont_multi_exp(self, ctx, bases_mont, exps):
+    def op_mont_multi_exp(self, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray) -> Limbs:
         return _native.mont_multi_exp(self.modulus(ctx), _c(bases_mont), _c(exps), self.threads)
 
-    def op_mont_prod_groups(self, ctx, a_mont, groups, num_groups):
+    def op_mont_prod_groups(self, ctx: MontContext, a_mont: Limbs, groups: np.ndarray,
+                            num_groups: int) -> Limbs:
         return _native.mont_prod_groups(self.modulus(ctx), _c(a_mont), _c(groups), num_groups,
                                         self.threads)
 
-    def op_mont_inverse(self, ctx, a_mont):
+    def op_mont_inverse(self, ctx: MontContext, a_mont: Limbs) -> Limbs:
         return _native.mont_inverse(self.modulus(ctx), _c(a_mont), self.threads)
 
     # ---- fused Paillier (per-key C++ objects in self.state, keyed by the key records)
-    def _pub(self, pk: PaillierPublicMaterial) -> Any:
+    def _pub(self, pk: PaillierPublicMaterial) -> _native.PaillierPublic:
         return self.state.get(pk, "public", lambda: _native.PaillierPublic(
             self.modulus(pk.nsquare_ctx), pk.n_ctx.m_limbs))
 
-    def op_paillier_encrypt(self, pk, m, r):
+    def op_paillier_encrypt(self, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
         return self._pub(pk).encrypt(_c(m), _c(r), self.threads)
 
-    def _build_fixed_base(self, pub, fb) -> None:
+    def _build_fixed_base(self, pub: _native.PaillierPublic, fb: FixedBase) -> None:
         """Compute the DJN comb table of ``fb`` into the key's C++ object (the costly step)."""
         pub.set_fixed_base(_c(fb.hs_mont), fb.exp_bits, fb.window, self.threads)
 
-    def op_paillier_encrypt_fixed_base(self, pk, m, a):
+    def op_paillier_encrypt_fixed_base(self, pk: PaillierPublicMaterial, m: Limbs,
+                                       a: np.ndarray) -> Limbs:
+        fb = pk.fixed_base
+        if fb is None:
+            raise OperandError("paillier_encrypt_fixed_base: the key has no DJN fixed base "
+                               "(PublicKey.enable_fixed_base)")
         pub = self._pub(pk)
         # a record's fixed base never changes (a new base makes a new record): built once, under
         # the state's lock, however many threads encrypt with a fresh key at the same time
         def build() -> bool:
-            self._build_fixed_base(pub, pk.fixed_base)
+            self._build_fixed_base(pub, fb)
             return True
         self.state.get(pk, "fixed_base", build)
         return pub.encrypt_fixed_base(_c(m), _c(a), self.threads)
 
-    def _priv(self, sk: PaillierPrivateMaterial) -> Any:
+    def _priv(self, sk: PaillierPrivateMaterial) -> _native.PaillierPrivate:
         """The key's C++ private object (CRT constants, the owner's comb tables), once per record."""
-        def build() -> Any:
+        def build() -> _native.PaillierPrivate:
             L = sk.public_key.n_ctx.num_limbs
 
             def one(v: int) -> np.ndarray:
@@ -139,17 +146,19 @@ class NativeBackend(Backend):
                 one(sk.hq), one(sk.q_inverse))
         return self.state.get(sk, "private", build)
 
-    def op_paillier_decrypt(self, sk, c_mont):
+    def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
         """CRT decryption, constant-time exponentiations.  Raises InvalidCiphertextError (from the
         extension) naming the first element that is not a unit mod n²."""
         return self._priv(sk).decrypt(_c(c_mont), self.threads)
 
-    def op_paillier_encrypt_owner(self, sk, m, yp, yq):
+    def op_paillier_encrypt_owner(self, sk: PaillierPrivateMaterial, m: Limbs, yp: Limbs,
+                                  yq: Limbs) -> Limbs:
         """Key-owner CRT encryption in one call: yp^p mod p² and yq^q mod q² by OpenSSL's
         BN_mod_exp_mont_consttime, Garner's combine and (1 + m·n)·x·R mod n² in C++."""
         return self._priv(sk).encrypt_owner(_c(m), _c(yp), _c(yq), self.threads)
 
-    def op_paillier_encrypt_owner_fixed_base(self, sk, m, a):
+    def op_paillier_encrypt_owner_fixed_base(self, sk: PaillierPrivateMaterial, m: Limbs,
+                                             a: np.ndarray) -> Limbs:
         """Key-owner DJN encryption: combs of hs mod p² and hs mod q² (built once per record, in
         the key's C++ object), Garner's combine and the finish, one call per batch."""
         fb = sk.public_key.fixed_base
@@ -165,7 +174,7 @@ class NativeBackend(Backend):
         self.state.get(sk, "owner_fixed_base", build)
         return priv.encrypt_owner_fixed_base(_c(m), _c(a), self.threads)
 
-    def _build_owner_fixed_base(self, priv: Any, fb: FixedBase) -> None:
+    def _build_owner_fixed_base(self, priv: _native.PaillierPrivate, fb: FixedBase) -> None:
         """Compute the combs of hs mod p² and hs mod q² into the key's C++ object (the costly
         step)."""
         priv.set_fixed_base(_c(fb.hs_mont), fb.exp_bits, fb.window, self.threads)

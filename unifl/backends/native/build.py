@@ -12,10 +12,23 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from setuptools import Extension
 
 
-def extensions(ctx: Any) -> list[Any]:
+class BuildContext(Protocol):
+    """What this step uses of setup.py's ``BuildContext`` (defined there: setup.py is not
+    importable from here)."""
+
+    folder: str
+    package: str
+
+    def link_args(self, name: str, soname: str, missing: str) -> list[str]: ...
+
+
+def extensions(ctx: BuildContext) -> list[Extension]:
     """The C++ extension, unless ``UNIFL_NO_NATIVE=1``."""
     if os.environ.get("UNIFL_NO_NATIVE") == "1":
         return []
@@ -36,6 +49,7 @@ def extensions(ctx: Any) -> list[Any]:
     )]
 
 
-def package_data(ctx: Any) -> list[str]:
-    """The C++ sources travel with the package (a from-source rebuild needs them)."""
-    return ["src/*"]
+def package_data(ctx: BuildContext) -> list[str]:
+    """The C++ sources travel with the package (a from-source rebuild needs them), and the type
+    stub of the extension (``_native.pyi``) with it."""
+    return ["src/*", "*.pyi"]

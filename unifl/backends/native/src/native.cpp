@@ -1,10 +1,9 @@
 // UniFL native backend: batched Montgomery arithmetic and fused Paillier ops on the CPU.
 //
-// Why OpenSSL's BIGNUM Montgomery code and not our own loops: measured on the 2-core Zen 3 box
-// (shared/references/cpu-limits.md), plain C++ CIOS with unsigned __int128 is 2-3.5x slower than GMP,
-// while libcrypto's mulx/adcx/adox bn_mul_mont (reached through BN_mod_mul_montgomery, which also
-// switches to the dedicated sqr8x code when both operands are the same object) is ~1.25x faster than
-// GMP's mpn_mul_n + redc (2048-bit MontMult 1352 ns vs 1692 ns).  So every MontMult here is one
+// Why OpenSSL's BIGNUM Montgomery code and not our own loops: libcrypto's mulx/adcx/adox
+// bn_mul_mont (reached through BN_mod_mul_montgomery, which also switches to the dedicated sqr8x
+// code when both operands are the same object) beats both GMP's mpn_mul_n + redc and a plain C++
+// CIOS loop with unsigned __int128 (figures in docs/perf.md §3).  So every MontMult here is one
 // BN_mod_mul_montgomery; what this file adds is the batching, the thread pool (GIL released), staying
 // in the Montgomery domain across fused ops, windowed/fixed-base/multi-exponentiation algorithms and
 // the CRT, none of which OpenSSL offers for batches.
@@ -58,11 +57,11 @@ inline void ok(int r, const char *what) {
 }
 
 // Limb transfer.  The documented way (BN_lebin2bn / BN_bn2lebinpad) walks byte by byte and costs
-// ~65 % of a 2048-bit MontMult (measured: 727 ns for two loads and a store against 1105 ns for the
-// multiplication).  libcrypto's BIGNUM has had the same layout {BN_ULONG *d; int top, dmax, neg,
-// flags} since OpenSSL 1.1.0; we copy limbs straight into it, but only after a start-up self-check
-// against the documented functions proves the layout (see layout_self_check), and fall back to the
-// documented functions otherwise or when UNIFL_NATIVE_SAFE_BN=1.
+// a large share of a MontMult's time (see docs/perf.md §3).  libcrypto's BIGNUM has had the same
+// layout {BN_ULONG *d; int top, dmax, neg, flags} since OpenSSL 1.1.0; we copy limbs straight into
+// it, but only after a start-up self-check against the documented functions proves the layout (see
+// layout_self_check), and fall back to the documented functions otherwise or when
+// UNIFL_NATIVE_SAFE_BN=1.
 struct BnLayout {
     BN_ULONG *d;
     int top, dmax, neg, flags;
@@ -132,10 +131,9 @@ int num_threads_default() {
     return h ? int(h) : 1;
 }
 
-// A persistent pool of worker threads.  Starting and joining a std::thread per batch cost 27 µs
-// on a quiet moment of this 2-vCPU box and over 200 µs while it was loaded (measured: 2000
-// create+join rounds), against ~10 µs for a condition-variable round trip to a parked worker; a
-// 400-element ct+ct at a 2048-bit key is ~600 µs per thread, so start-up was 4-30 % of it.
+// A persistent pool of worker threads: starting and joining a std::thread per batch costs more than
+// a condition-variable round trip to a parked worker (far more on a loaded machine), a noticeable
+// share of a small batch (see docs/perf.md §3).
 // One submitter at a time owns the pool (try_lock); a concurrent or nested batch falls back to
 // fresh threads.  After fork() the child builds its own pool (the parent's workers do not exist
 // there).  The pool is never destroyed: its threads are detached and parked at interpreter exit.
@@ -243,10 +241,10 @@ void parallel_for(size_t n, int threads, size_t min_chunk, F f) {
 }
 
 // Smallest batch share worth a thread of its own, for a loop doing `mults` MontMults per element on
-// `limbs`-limb operands.  A MontMult costs about 1.2·L² ns here (measured: 1.23 µs at 32 limbs, 4.9 µs
-// at 64 limbs, cpu-limits.md) and starting + joining a std::thread about 20-40 µs, so a share should
-// carry >= ~100 µs of work.  A fixed 512-element minimum kept a 400-element ct+ct batch at 4096 bits
-// (~1.2 ms of work) on one thread: 341k/s instead of the 2-thread rate.
+// `limbs`-limb operands.  The cost model: a MontMult on L limbs takes about 1.2·L² ns (the constant
+// below), and a share should carry >= ~100 µs of work, well above what starting a thread costs; a
+// fixed minimum share size would keep mid-size batches of wide moduli on one thread.  The figures
+// behind the model are in docs/perf.md §3.
 size_t min_chunk_for(int limbs, int mults) {
     double ns = 1.2 * double(limbs) * double(limbs) * double(std::max(mults, 1));
     return std::max<size_t>(1, size_t(100000.0 / ns));
@@ -373,9 +371,8 @@ struct Exponent {  // a view of one exponent's limbs
 
 // Sliding-window width for a `bits`-bit exponent.  Squarings (bits - 1) do not depend on w; the
 // multiplications are about 2^(w-1) (odd-power table) + bits/(w+1) (one per window), so w beats w+1
-// up to bits = (w+1)(w+2)·2^(w-1): 6, 24, 80, 240, 672, 1792.  (The earlier table was one step too
-// wide everywhere; for the ~34-bit exponents of ct×float at 2048-bit keys w=3 instead of 4 saves
-// ~2.3 of ~48 MontMults per element.)
+// up to bits = (w+1)(w+2)·2^(w-1): 6, 24, 80, 240, 672, 1792.  (For the ~34-bit exponents of
+// ct×float at 2048-bit keys, w = 3 rather than 4 saves ~2.3 of ~48 MontMults per element.)
 int window_for(int bits) {
     if (bits <= 6) return 1;
     if (bits <= 24) return 2;
@@ -479,8 +476,7 @@ Limbs mod_mul(const Modulus &M, py::array a_, py::array b_, int threads) {
 // Montgomery's batch-inversion trick per thread share [s, e): prefix products P_i = x_s···x_i
 // (stored in the output rows), ONE BN_mod_inverse of P_(e-1), then walking back
 // out[i] = P_(i-1)·(P_i)^-1 and (P_(i-1))^-1 = (P_i)^-1·x_i: 3 MontMults per element instead of an
-// extended gcd each.  Measured at a 4096-bit modulus (Paillier n² of a 2048-bit key), one thread:
-// gmpy2.invert on the host ~33 µs per element plus two limb conversions, against ~3 × 4.9 µs here.
+// extended gcd each (against gmpy2.invert per element on the host: see docs/perf.md §3).
 // An element sharing a factor with m makes the share's product non-invertible: std::domain_error.
 Limbs mont_inverse(const Modulus &M, py::array a_, int threads) {
     int L = M.limbs;

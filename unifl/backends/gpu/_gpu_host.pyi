@@ -1,0 +1,32 @@
+"""Type stub of the compiled host harness ``unifl.backends.gpu._gpu_host`` (pybind11,
+``src/gpu_host.cpp``): the gpu kernel bodies run on the CPU.  Keep it in step with the
+``PYBIND11_MODULE(_gpu_host, mod)`` block there.
+
+Every array argument is a C-contiguous native-endian ``uint64`` NumPy array, checked by the harness
+(a mismatch raises ValueError naming the argument): ``key`` / ``pub`` / ``owner`` / ``priv`` are
+the key blobs of ``keys.py``, operands (N, L) batches, ``exps`` (N|1, Le) or, for ``multi_exp``,
+(K, N, Le).  ``mode`` is the kernels' MulMode / ExpMode (``kernel_backend.MONT_MUL`` ...), ``soa``
+selects the limb-major layout the device uses.  Results are new (N, L) ``uint64`` arrays.
+"""
+
+import numpy as np
+import numpy.typing as npt
+
+def lmax_class(L: int, /) -> int:
+    """The kernels' limb-capacity class (16, 32, 48, 64, 96 or 128) for L limbs; 0 above 128."""
+
+def mul(key: npt.NDArray[np.uint64], a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64],
+        mode: int, soa: bool, threads: int) -> npt.NDArray[np.uint64]: ...
+def exp(key: npt.NDArray[np.uint64], base: npt.NDArray[np.uint64], exps: npt.NDArray[np.uint64],
+        mode: int, soa: bool, threads: int) -> npt.NDArray[np.uint64]: ...
+def multi_exp(key: npt.NDArray[np.uint64], bases: npt.NDArray[np.uint64],
+              exps: npt.NDArray[np.uint64], soa: bool, threads: int) -> npt.NDArray[np.uint64]: ...
+def paillier_encrypt(pub: npt.NDArray[np.uint64], m: npt.NDArray[np.uint64],
+                     r: npt.NDArray[np.uint64], soa: bool, threads: int
+                     ) -> npt.NDArray[np.uint64]: ...
+def paillier_encrypt_owner(owner: npt.NDArray[np.uint64], m: npt.NDArray[np.uint64],
+                           yp: npt.NDArray[np.uint64], yq: npt.NDArray[np.uint64], soa: bool,
+                           threads: int) -> npt.NDArray[np.uint64]: ...
+def paillier_decrypt(priv: npt.NDArray[np.uint64], c: npt.NDArray[np.uint64], soa: bool,
+                     threads: int) -> npt.NDArray[np.uint64]:
+    """An element whose CRT half degenerates comes back as the all-ones row (as on the device)."""
