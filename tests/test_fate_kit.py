@@ -11,7 +11,9 @@ torch = pytest.importorskip("torch")
 
 from fate.arch.protocol.phe import paillier as ref  # noqa: E402
 
+from unifl.base_op import from_limbs, to_mont  # noqa: E402
 from unifl.core.errors import InvalidCiphertextError  # noqa: E402
+from unifl.phe_sdk.array import EncryptedArray  # noqa: E402
 from unifl.fate import kit, party, register  # noqa: E402
 
 BACKENDS = ["cpu", "native"]
@@ -228,6 +230,75 @@ def test_components_are_fate_builtins_under_unifl_names():
     assert coordinated_lr.coordinated_lr.name == "coordinated_lr"   # the built-in is untouched
 
 
+# ----------------------------------------------------------------------- one Paillier path
+def wire_ints(ev):
+    """The plain ciphertext ints an EV pickles to (what another party receives)."""
+    _, args = ev.__reduce__()
+    return from_limbs(np.frombuffer(args[0], dtype="<u8").reshape(-1, args[3]))
+
+
+def test_kit_and_encrypted_array_compute_the_same_ciphertexts(keys, backend):
+    """The kit's evaluator and EncryptedArray are one path: on the same ciphertexts they give the
+    same ciphertexts, bit for bit (negative multipliers included)."""
+    sk, pk, coder = keys[0]
+    be = party.current_backend()
+    x, y = (torch.tensor(RNG.integers(-1000, 1000, 6)) for _ in range(2))
+    k = torch.tensor(RNG.integers(-50, 50, 6))
+    mat = torch.tensor(RNG.integers(-9, 9, (3, 2)))
+    ex, ey = enc(keys[0], x), enc(keys[0], y)
+
+    def arr(ev):
+        plain = pk.ctx.to_limbs(wire_ints(ev))
+        return EncryptedArray(pk.key, to_mont(be, pk.ctx, plain), (len(ev),), 0, 1000, be)
+
+    ax, ay = arr(ex), arr(ey)
+    E = kit.evaluator
+    pairs = [(E.add(ex, ey, pk), ax + ay), (E.sub(ex, ey, pk), ax - ay),
+             (E.rsub(ex, ey, pk), ay - ax),
+             (E.mul_plain(ex, k, pk, coder), ax * k.numpy()),
+             (E.mul_plain_scalar(ex, -3, pk, coder), ax * -3),
+             (E.matmul(ex, mat, (2, 3), (3, 2), pk, coder), ax.reshape(2, 3) @ mat.numpy()),
+             (E.rmatmul(ex, mat.T.contiguous(), (3, 2), (2, 3), pk, coder),
+              mat.T.numpy() @ ax.reshape(3, 2))]
+    for ours, theirs in pairs:
+        assert wire_ints(ours) == theirs.ciphertexts()
+
+
+def test_vectors_stay_in_the_montgomery_domain(keys, backend, monkeypatch):
+    """A chain of evaluator calls never leaves the Montgomery domain (only pickling does), and a
+    negation is one batched inverse of the backend, not one per element."""
+    from unifl import base_op, mod_op
+    sk, pk, coder = keys[0]
+    calls = {"from_mont": 0, "mont_inverse": []}
+    real_from, real_inv = base_op.from_mont, mod_op.mont_inverse
+
+    def spy_from(*a, **kw):
+        calls["from_mont"] += 1
+        return real_from(*a, **kw)
+
+    def spy_inv(be, ctx, limbs):
+        calls["mont_inverse"].append(len(limbs))
+        return real_inv(be, ctx, limbs)
+
+    ex, ey = enc(keys[0], X), enc(keys[0], Y)
+    monkeypatch.setattr(base_op, "from_mont", spy_from)
+    monkeypatch.setattr(mod_op, "mont_inverse", spy_inv)
+    E = kit.evaluator
+    z = E.sub(E.add(ex, ey, pk), E.mul_plain_scalar(ey, 0.5, pk, coder), pk)
+    z = E.add_plain(E.mul_plain(z, Y, pk, coder), X, pk, coder)
+    m = torch.tensor(RNG.integers(-5, 5, (4, 2)))
+    z = E.matmul(z, m, (3, 4), (4, 2), pk, coder)
+    assert calls["from_mont"] == 0
+    # one batched inverse per negation: sub; the negative multipliers of mul_plain; the bases of
+    # each of the three rows of the matmul (its plaintext matrix has negative entries)
+    assert calls["mont_inverse"] == [len(Y), int((Y < 0).sum()), 4, 4, 4]
+    monkeypatch.undo()
+    want = (((X + Y - 0.5 * Y) * Y + X).reshape(3, 4).numpy() @ m.numpy()).reshape(-1)
+    np.testing.assert_allclose(dec(keys[0], z).numpy(), want, rtol=1e-9)
+    np.testing.assert_allclose(dec(keys[0], pickle.loads(pickle.dumps(z))).numpy(), want,
+                               rtol=1e-9)
+
+
 # ----------------------------------------------------------------------- FATE kit objects
 def test_fate_kit_refuses_nonunit_ciphertexts():
     """A peer's pickled EV (FATE ships ciphertexts pickled) holding k·p, given to the key owner's
@@ -237,10 +308,12 @@ def test_fate_kit_refuses_nonunit_ciphertexts():
         sk, pk, coder = kit.keygen(1024)
         honest = pk.encrypt_encoded(coder.encode_i64_vec(np.array([1, 2])), obfuscate=True)
         bad = sk.key.p * 7  # shares p with n: decrypting it on the CRT path would factor n
-        limbs = honest.limbs.copy()
-        limbs[1] = pk.ctx.to_limbs([bad])[0]
-        # what arrives: the EV's own reduce (bytes), as FATE's pickling rebuilds it
-        fn, args = kit.EV(limbs, honest.exps).__reduce__()
+        # what arrives: the EV's own reduce (plain limb bytes), as FATE's pickling rebuilds it,
+        # with the second ciphertext replaced
+        fn, args = honest.__reduce__()
+        width = pk.ctx.num_limbs * 8
+        wire = args[0][:width] + pk.ctx.to_limbs([bad]).astype("<u8").tobytes()
+        args = (wire,) + args[1:]
         received = fn(*args)
         with pytest.raises(InvalidCiphertextError, match="#1"):
             sk.decrypt_to_encoded(received)

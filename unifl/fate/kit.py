@@ -3,24 +3,35 @@
 FATE's algorithms only ever talk to a kit through this surface (the protocol of
 ``fate.arch.protocol.phe.type.TensorEvaluator`` plus the ``Coder`` methods they call), so a FATE job
 that selects ``kind: unifl`` runs all of its Paillier arithmetic on the party's UniFL backend
-(:mod:`unifl.fate.party`).
+(:mod:`unifl.fate.party`), through the same ciphertext batch as UniFL's own
+:class:`~unifl.phe_sdk.array.EncryptedArray`
+(:class:`~unifl.phe_sdk.ciphertexts.CiphertextBatch`: add, negation by the backend's batched
+inverse, signed powers, scale lifting, grouped products, multi-exponentiations).
 
 Representation
 --------------
 * ``FV`` (encoded plaintexts): Python ints ``v`` with a per-element binary scale ``e`` meaning
   ``v / 2^e``.  A float vector is encoded at one scale, FLOAT_BITS (64) bits below the binary
   exponent of its largest element (at most MAX_SCALE); a float scalar exactly, at the smallest scale
-  that holds it (0.25 -> e = 2, so products grow little); integers at ``e = 0``.
+  that holds it (0.25 -> e = 2, so products grow little); integers at ``e = 0``.  The rounding is
+  :func:`unifl.phe_sdk.encoding.encode`'s (round(x·2^e), halves to even).
   After decryption the values are residues mod n (``modulus`` set) and are centred on decoding:
   r <= n/3 is r, r >= n - n/3 is r - n, anything between is an overflow
   (:class:`~unifl.core.errors.EncodingOverflowError`).
-* ``EV`` (ciphertexts): plain (non-Montgomery) ciphertexts mod n² as (N, L) uint64 limbs, the same
-  per-element scales, and a "trivial zeros" state (``limbs is None``) for ``evaluator.zeros``,
-  which FATE calls without a key: E(0) with r = 1 is the integer 1 for every modulus.
-* Homomorphic rules (all mod n²): E(a)·E(b) = E(a+b); E(a)^k = E(k·a) (k < 0 uses E(a)^-1, never
-  n - |k|); adding values of different scales first lifts the finer-grained one,
-  E(v)^(2^d) = E(v·2^d).  ``encrypt_encoded(obfuscate=False)`` is the deterministic 1 + m·n, as in
-  FATE's own kit (used for plaintext operands); ``obfuscate=True`` multiplies by a fresh r^n.
+* ``EV`` (ciphertexts): a ciphertext batch in Montgomery form mod n² between evaluator calls (so a
+  chain of FATE operations enters and leaves the Montgomery domain once), with the same
+  per-element scales.  Two more states hold what has no key yet: plain ciphertexts received from
+  another party (checked and moved into the domain at their first use under a key), and the
+  "trivial zeros" of ``evaluator.zeros``, which FATE creates without a key: E(0) with r = 1 is the
+  integer 1 for every modulus.
+* Homomorphic rules (all mod n²): E(a)·E(b) = E(a+b); E(a)·(1 + b·n) = E(a+b); E(a)^k = E(k·a)
+  (k < 0 uses E(a)^-1, never n - |k|); adding values of different scales first lifts the
+  coarser one: a ciphertext by E(v)^(2^d) = E(v·2^d), a plaintext by an exact shift.
+  ``encrypt_encoded(obfuscate=False)`` is the deterministic 1 + m·n, as in FATE's own kit (used
+  for plaintext operands); ``obfuscate=True`` multiplies by a fresh r^n.
+* Bounds: FATE's kit contract carries none (and its packed layouts use plaintexts up to n/2 on
+  purpose), so batches here are untracked: plaintexts must be below n in magnitude, and an
+  overflow shows on decoding, as with FATE's own kit.
 
 Packing (SecureBoost): ``pack_floats`` folds ``pack_num`` values as acc = (acc << offset_bit) +
 round(x·2^precision) (first value most significant, a short last group folded the same way);
@@ -29,29 +40,31 @@ FATE's ``unpack_floats`` expects, so FATE's SecureBoost decodes them unchanged.
 
 Pickling: FATE pickles kits and ciphertexts between parties and only accepts allow-listed classes.
 Every class here reduces to itself plus plain ints/bytes (``__reduce__``), so the allow-list entry is
-exactly these six names.  A received ``PK`` computes on the *receiving* party's backend.
+exactly these six names.  Ciphertexts travel as plain residues mod n² (never Montgomery form, which
+depends on the limb width), and a received ``PK`` computes on the *receiving* party's backend.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-import gmpy2
 import numpy as np
 import torch
 
-from .. import base_op, mod_op
-from ..base_op import from_limbs, to_limbs
+from ..base_op import constant
 from ..core.errors import EncodingOverflowError, KeyMismatchError, OperandError, SerializationError
-from ..phe_sdk import paillier
-from ..phe_sdk.array import EncryptedArray
+from ..phe_sdk import encoding, paillier
+from ..phe_sdk.ciphertexts import CiphertextBatch
 from . import party
 
 FLOAT_BITS = 64       # fraction bits kept below the largest element of an encoded float vector
 MAX_SCALE = 256       # no encoding finer than 2^-256 (tiny values round to it)
 _I64 = np.dtype("<i8")
+#: every finite float64 is below 2^1024 in magnitude, and the coder's scales never lift a value
+#: above that (a vector's scale puts its peak below 2^FLOAT_BITS unless clipped at 0)
+_FLOAT64_LIMIT = 1 << 1024
 
 __all__ = ["keygen", "SK", "PK", "Coder", "FV", "EV", "evaluator", "FLOAT_BITS", "MAX_SCALE"]
 
@@ -68,22 +81,23 @@ def _public_key(n: int) -> paillier.PublicKey:
         return key
 
 
-#: largest |scale| accepted from bytes (unpickling: another party's vector).  Encoding makes
-#: scales in [0, MAX_SCALE] and each product adds two, so honest chains stay far below; a scale
-#: from outside becomes a shift (2^d for the lift E(v)^(2^d), v << -e on decoding), so 2^40 would
-#: have this party allocate 128 GiB.
+#: largest scale accepted from bytes (unpickling: another party's vector).  Encoding makes scales
+#: in [0, MAX_SCALE] and each product adds two, so honest chains stay far below; a scale from
+#: outside becomes a shift (2^d for the lift E(v)^(2^d), v >> e on decoding), so 2^40 would have
+#: this party allocate 128 GiB.  Negative scales are never made here and are refused too.
 MAX_RECEIVED_SCALE = 1 << 15
 
 
-def _exps(x, size: int) -> np.ndarray:
+def _exps(x: Any, size: int) -> np.ndarray:
+    """Per-element scales as a fresh int64 array of ``size``; bytes (from a peer) are checked."""
     if isinstance(x, (bytes, bytearray)):
         if len(x) % _I64.itemsize:
             raise SerializationError(f"{len(x)} scale bytes do not form int64 scales")
         out = np.frombuffer(x, dtype=_I64).astype(np.int64)
-        bad = (out > MAX_RECEIVED_SCALE) | (out < -MAX_RECEIVED_SCALE)   # np.abs(-2^63) < 0
+        bad = (out > MAX_RECEIVED_SCALE) | (out < 0)
         if bad.any():
-            raise SerializationError(f"received scale 2^-{int(out[np.argmax(bad)])} is beyond "
-                                     f"the limit of {MAX_RECEIVED_SCALE} bits")
+            raise SerializationError(f"received scale 2^-{int(out[np.argmax(bad)])} is outside "
+                                     f"[0, {MAX_RECEIVED_SCALE}] bits")
     else:
         out = np.asarray(x, dtype=np.int64).reshape(-1).copy()
     if out.shape != (size,):
@@ -98,7 +112,7 @@ class FV:
 
     __slots__ = ("values", "exps", "modulus")
 
-    def __init__(self, values: Sequence[int], exps, modulus: Optional[int] = None) -> None:
+    def __init__(self, values: Sequence[int], exps: Any, modulus: Optional[int] = None) -> None:
         self.values = [int(v) for v in values]
         self.exps = _exps(exps, len(self.values))
         self.modulus = None if modulus is None else int(modulus)
@@ -117,8 +131,7 @@ class FV:
         if self.modulus is None:
             return list(self.values)
         n = self.modulus
-        from ..phe_sdk.encoding import from_residues
-        return from_residues(self.values, n, n // 3 - 1)
+        return encoding.from_residues(self.values, n, n // 3 - 1)
 
     def slice(self, start: int, size: int) -> "FV":
         return FV(self.values[start:start + size], self.exps[start:start + size], self.modulus)
@@ -133,79 +146,130 @@ class FV:
 
 
 class EV:
-    """Paillier ciphertexts: plain residues mod n² as (N, L) limbs (``None``: N trivial E(0)s whose
-    modulus is not known yet) with per-element binary scales."""
+    """Paillier ciphertexts with per-element binary scales.
 
-    __slots__ = ("limbs", "exps", "_size", "_unchecked")
+    ``EV(data, exps, size=None, num_limbs=None)``, ``data`` being one of
+    * a :class:`CiphertextBatch` (computed here: Montgomery form, under a key);
+    * bytes of plain (N, ``num_limbs``) little-endian limbs, or such an array: ciphertexts from
+      outside (another party, through pickling), not yet known to be units mod n², so their first
+      use under a key checks them (:meth:`_materialize`);
+    * None: ``size`` trivial encryptions of zero (the integer 1), whose modulus is not known yet.
+    """
 
-    def __init__(self, limbs, exps, size: Optional[int] = None, num_limbs: Optional[int] = None,
-                 *, unchecked: bool = False) -> None:
-        if isinstance(limbs, (bytes, bytearray)):
-            # bytes are how ciphertexts arrive from another party (unpickling): not yet known to
-            # be units mod n², so the first use under a key checks them (see _materialize)
-            if not isinstance(num_limbs, int) or num_limbs < 1 or len(limbs) % (8 * num_limbs):
-                raise SerializationError(f"{len(limbs)} ciphertext bytes do not form limbs of "
-                                         f"width {num_limbs!r}")
-            limbs = np.frombuffer(limbs, dtype="<u8").astype(np.uint64).reshape(-1, num_limbs)
-            unchecked = True
-        self.limbs = None if limbs is None else np.ascontiguousarray(limbs, dtype=np.uint64)
-        self._size = int(size) if limbs is None else self.limbs.shape[0]
+    __slots__ = ("_batch", "_wire", "exps", "_size")
+
+    def __init__(self, data: Any, exps: Any, size: Optional[int] = None,
+                 num_limbs: Optional[int] = None) -> None:
+        self._batch: Optional[CiphertextBatch] = None
+        self._wire: Optional[np.ndarray] = None
+        if isinstance(data, CiphertextBatch):
+            self._batch = data
+            self._size = data.size
+        elif data is None:
+            self._size = int(size or 0)
+        else:
+            if isinstance(data, (bytes, bytearray)):
+                if not isinstance(num_limbs, int) or num_limbs < 1 or len(data) % (8 * num_limbs):
+                    raise SerializationError(f"{len(data)} ciphertext bytes do not form limbs of "
+                                             f"width {num_limbs!r}")
+                data = np.frombuffer(data, dtype="<u8").reshape(-1, num_limbs)
+            wire = np.array(data, dtype=np.uint64)   # our own copy: nobody else can change it
+            if wire.ndim != 2:
+                raise SerializationError(f"ciphertext limbs of shape {wire.shape} are not (N, L)")
+            self._wire = wire
+            self._size = wire.shape[0]
         self.exps = _exps(exps, self._size)
-        self._unchecked = bool(unchecked) and self.limbs is not None
 
     def __reduce__(self):
-        if self.limbs is None:
+        if self._batch is not None:     # plain residues: the wire form is independent of R
+            plain = self._batch.ciphertexts()
+        elif self._wire is not None:
+            plain = self._wire
+        else:
             return EV, (None, self.exps.astype(_I64).tobytes(), self._size, None)
-        return EV, (self.limbs.astype("<u8").tobytes(), self.exps.astype(_I64).tobytes(),
-                    self._size, self.limbs.shape[1])
+        return EV, (np.ascontiguousarray(plain, dtype="<u8").tobytes(),
+                    self.exps.astype(_I64).tobytes(), self._size, plain.shape[1])
 
     def __len__(self) -> int:
         return self._size
 
     def __repr__(self) -> str:
-        state = "trivial zeros" if self.limbs is None else f"{self.limbs.shape[1] * 64}-bit mod n²"
+        if self._batch is not None:
+            state = f"{self._batch.ctx.num_limbs * 64}-bit limbs mod n²"
+        elif self._wire is not None:
+            state = "received, unchecked"
+        else:
+            state = "trivial zeros"
         return f"<unifl EV len={self._size}, {state}>"
 
     # -- FATE touches these directly on the vector (DataFrame blocks, histograms)
     def slice(self, start: int, size: int) -> "EV":
-        sl = slice(start, start + size)
-        return EV(None if self.limbs is None else self.limbs[sl], self.exps[sl],
-                  len(self.exps[sl]), unchecked=self._unchecked)
+        return self._select(np.arange(self._size)[start:start + size])
 
     def tolist(self) -> list["EV"]:
         return [self.slice(i, 1) for i in range(self._size)]
 
     def cat(self, others: Sequence["EV"]) -> "EV":
         parts = [self, *others]
-        exps = np.concatenate([p.exps for p in parts]) if parts else np.zeros(0, np.int64)
-        widths = {p.limbs.shape[1] for p in parts if p.limbs is not None}
+        exps = np.concatenate([p.exps for p in parts])
+        keyed = next((p._batch for p in parts if p._batch is not None), None)
+        if keyed is not None:        # the key is known: every part joins it (received ones checked)
+            key = keyed.public_key
+            return EV(CiphertextBatch.concatenate([p._materialize(key, keyed.backend)
+                                                   for p in parts]), exps)
+        widths = {p._wire.shape[1] for p in parts if p._wire is not None}
         if not widths:
             return EV(None, exps, len(exps))
         if len(widths) > 1:
             raise KeyMismatchError("cannot concatenate ciphertexts of different key sizes")
         width = widths.pop()
-        return EV(np.concatenate([p._limbs_or_ones(width) for p in parts]), exps,
-                  unchecked=any(p._unchecked for p in parts))
+        ones = np.zeros((1, width), np.uint64)
+        ones[0, 0] = 1
+        return EV(np.concatenate([p._wire if p._wire is not None else
+                                  np.repeat(ones, p._size, axis=0) for p in parts]), exps)
 
-    def _limbs_or_ones(self, width: int) -> np.ndarray:
-        if self.limbs is not None:
-            return self.limbs
-        ones = np.zeros((self._size, width), np.uint64)
-        ones[:, 0] = 1
-        return ones
+    # -- internal
+    def _select(self, idx: np.ndarray) -> "EV":
+        """The elements at ``idx``, in the same state (keyed, received or trivial)."""
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if self._batch is not None:
+            return EV(self._batch.take(idx), self.exps[idx])
+        if self._wire is not None:
+            return EV(self._wire[idx], self.exps[idx])
+        return EV(None, self.exps[idx], len(idx))
 
-    def _materialize(self, pk: "PK") -> np.ndarray:
-        """The limbs under ``pk``; ciphertexts that came from outside are checked here, once, to
-        be units mod n² in [1, n²) (InvalidCiphertextError otherwise).  Every evaluator and
-        decryptor input passes through here; results computed from units are units."""
-        if self.limbs is None:
-            self.limbs = self._limbs_or_ones(pk.ctx.num_limbs)
-        elif self.limbs.shape[1] != pk.ctx.num_limbs:
-            raise KeyMismatchError("ciphertexts and public key have different sizes")
-        if self._unchecked:
-            paillier.require_units(pk.key, self.limbs)
-            self._unchecked = False
-        return self.limbs
+    def _assign(self, batch: CiphertextBatch, exps: np.ndarray) -> None:
+        """Replace the contents in place (FATE's ``i_*`` operations mutate their first operand)."""
+        self._batch, self._wire, self._size = batch, None, batch.size
+        self.exps = np.asarray(exps, dtype=np.int64)
+
+    def _materialize(self, key: paillier.PublicKey, backend: Any = None) -> CiphertextBatch:
+        """The ciphertexts as a batch under ``key`` on ``backend`` (default: this party's).
+
+        Ciphertexts that came from outside are checked here, once, to be units mod n² in [1, n²)
+        (InvalidCiphertextError otherwise); every evaluator and decryptor input passes through
+        here, and results computed from units are units.
+
+        Raises:
+            KeyMismatchError: the ciphertexts belong to another key (or another key size).
+        """
+        be = party.current_backend() if backend is None else backend
+        width = key.nsquare_ctx.num_limbs
+        if self._batch is not None:
+            if self._batch.public_key != key:
+                raise KeyMismatchError("ciphertexts and public key do not match")
+            if self._batch.backend is not be:
+                self._batch = self._batch.to(be)
+            return self._batch
+        if self._wire is not None:
+            if self._wire.shape[1] != width:
+                raise KeyMismatchError("ciphertexts and public key have different sizes")
+            self._batch = CiphertextBatch.from_ciphertexts(key, self._wire, be)
+            self._wire = None
+            return self._batch
+        ctx = key.nsquare_ctx     # E(0) with r = 1 is 1, R mod n² in Montgomery form
+        self._batch = CiphertextBatch(key, constant(ctx, ctx.r_mod, self._size), be)
+        return self._batch
 
 
 # ---------------------------------------------------------------------------------- keys
@@ -220,7 +284,7 @@ class PK:
     def __reduce__(self):
         return PK, (self.n,)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, PK) and other.n == self.n
 
     def __hash__(self) -> int:
@@ -231,14 +295,10 @@ class PK:
 
     def encrypt_encoded(self, vec: FV, obfuscate: bool) -> EV:
         """E(v) for each encoded value; ``obfuscate=False`` gives the deterministic 1 + m·n."""
-        n, nsq = self.n, self.key.nsquare
-        residues = [v % n for v in (vec.signed() if vec.modulus not in (None, n) else vec.values)]
-        if not obfuscate:
-            limbs = to_limbs([(1 + m * n) % nsq for m in residues], self.ctx.num_limbs)
-            return EV(limbs, vec.exps)
-        be = party.current_backend()
-        c_mont = paillier.encrypt_limbs(be, self.key, self.key.plaintext_limbs(residues))
-        return EV(base_op.from_mont(be, self.ctx, c_mont), vec.exps)
+        ints = vec.values if vec.modulus in (None, self.n) else vec.signed()
+        batch = CiphertextBatch.encrypt(self.key, ints, party.current_backend(),
+                                        obfuscate=bool(obfuscate), tracked=False)
+        return EV(batch, vec.exps)
 
     def encrypt_encoded_scalar(self, val: FV, obfuscate: bool) -> EV:
         return self.encrypt_encoded(val, obfuscate)
@@ -257,17 +317,16 @@ class SK:
         return f"<unifl SK for {self.key.public_key.bits}-bit n>"
 
     def decrypt_to_encoded(self, vec: EV) -> FV:
+        """The residues in [0, n) of the plaintexts, with the vector's scales."""
         pk = self.key.public_key
-        n = pk.n
-        if vec.limbs is None:
-            return FV([0] * len(vec), vec.exps, n)
-        if vec.limbs.shape[1] != pk.nsquare_ctx.num_limbs:
-            raise KeyMismatchError("ciphertexts and private key have different sizes")
-        # always, whatever the vector's history: a non-unit reaching the CRT decryption factors n
-        paillier.require_units(pk, vec.limbs)
-        be = party.current_backend()
-        mont = base_op.to_mont(be, pk.nsquare_ctx, vec.limbs)
-        return FV(from_limbs(paillier.decrypt_limbs(be, self.key, mont)), vec.exps, n)
+        if vec._batch is None and vec._wire is None:
+            return FV([0] * len(vec), vec.exps, pk.n)
+        batch = vec._materialize(pk)
+        # Always, whatever the vector's history: a non-unit reaching the CRT decryption factors
+        # n.  Checked on the Montgomery rows c·R mod n²: R is a power of two and n is odd, so
+        # c·R is a unit (and non-zero) exactly when c is.
+        paillier.require_units(pk, np.asarray(batch.limbs))
+        return FV(batch.decrypt_residues(self.key), vec.exps, pk.n)
 
 
 def keygen(key_size: int) -> Tuple[SK, PK, "Coder"]:
@@ -277,31 +336,26 @@ def keygen(key_size: int) -> Tuple[SK, PK, "Coder"]:
 
 
 # ---------------------------------------------------------------------------------- coder
-def _to_numpy(vec) -> np.ndarray:
+def _to_numpy(vec: Any) -> np.ndarray:
     if isinstance(vec, torch.Tensor):
         return vec.detach().cpu().reshape(-1).numpy()
     return np.asarray(vec).reshape(-1)
 
 
-def _ldexp_int(v: int, e: int) -> float:
-    """v / 2^e as a float without overflowing on big ints."""
-    extra = v.bit_length() - 1000
-    if extra > 0:
-        v, e = v >> extra, e - extra
-    return math.ldexp(v, -e)
-
-
-def _exact_scalar(x: float) -> tuple[int, int]:
-    """(v, e) with v / 2^e == x exactly and e minimal (rounded at MAX_SCALE)."""
-    num, den = x.as_integer_ratio()        # den is a power of two
-    e = den.bit_length() - 1
-    if e <= MAX_SCALE:
-        return num, e
-    return _round_half_away(math.ldexp(x, MAX_SCALE)), MAX_SCALE
-
-
 def _round_half_away(x: float) -> int:
+    """round(x) with halves away from zero: the rounding of FATE's own ``pack_floats``."""
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def _fold(ints: list[int], shift: int, size: int) -> list[int]:
+    """Groups of ``size`` ints folded as acc = (acc << shift) + v, first value most significant."""
+    packed = []
+    for g in range(0, len(ints), size):
+        acc = 0
+        for v in ints[g:g + size]:
+            acc = (acc << shift) + v
+        packed.append(acc)
+    return packed
 
 
 _FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
@@ -315,34 +369,41 @@ class Coder:
         return Coder, ()
 
     # -- vectors
-    def encode_f64_vec(self, vec) -> FV:
+    def encode_f64_vec(self, vec: Any) -> FV:
+        """round(x·2^e) for the vector's one scale e = FLOAT_BITS − (binary exponent of its
+        largest |x|), clipped to [0, MAX_SCALE]."""
         x = _to_numpy(vec).astype(np.float64)
         if not np.isfinite(x).all():
             raise OperandError("cannot encode NaN or infinity")
         peak = float(np.abs(x).max(initial=0.0))
         scale = int(np.clip(FLOAT_BITS - math.frexp(peak)[1], 0, MAX_SCALE)) if peak else 0
-        ints = [int(v) for v in np.rint(np.ldexp(x, scale)).tolist()]
-        return FV(ints, np.full(len(ints), scale, np.int64))
+        enc = encoding.encode(x, scale, _FLOAT64_LIMIT)
+        return FV(enc.values, np.full(len(enc.values), scale, np.int64))
 
     encode_f32_vec = encode_f64_vec
 
-    def encode_i64_vec(self, vec) -> FV:
+    def encode_i64_vec(self, vec: Any) -> FV:
         ints = [int(v) for v in _to_numpy(vec).tolist()]
         return FV(ints, np.zeros(len(ints), np.int64))
 
     encode_i32_vec = encode_i64_vec
 
     def decode_f64_vec(self, vec: FV) -> torch.Tensor:
+        """v / 2^e per element (:func:`unifl.phe_sdk.encoding.decode`, one call per scale)."""
         vals = vec.signed()
-        return torch.tensor([_ldexp_int(v, int(e)) for v, e in zip(vals, vec.exps.tolist())],
-                            dtype=torch.float64)
+        out = np.empty(len(vals), np.float64)
+        scales = vec.exps
+        for e in np.unique(scales).tolist():
+            where = np.nonzero(scales == e)[0]
+            out[where] = encoding.decode([vals[i] for i in where.tolist()], int(e))
+        return torch.from_numpy(out)
 
     def decode_f32_vec(self, vec: FV) -> torch.Tensor:
         return self.decode_f64_vec(vec).to(torch.float32)
 
     def decode_i64_vec(self, vec: FV) -> torch.Tensor:
-        vals = [v >> int(e) if e >= 0 else v << -int(e) for v, e in zip(vec.signed(),
-                                                                         vec.exps.tolist())]
+        """floor(v / 2^e) per element, as FATE's coder truncates floats to integers."""
+        vals = [v >> e if e >= 0 else v << -e for v, e in zip(vec.signed(), vec.exps.tolist())]
         for v in vals:
             if not -(1 << 63) <= v < (1 << 63):
                 raise EncodingOverflowError("decoded value does not fit in int64")
@@ -352,16 +413,17 @@ class Coder:
         return self.decode_i64_vec(vec).to(torch.int32)
 
     # -- scalars
-    def encode_f64(self, val) -> FV:
+    def encode_f64(self, val: Any) -> FV:
+        """x exactly as v / 2^e with the smallest such e (rounded at e = MAX_SCALE)."""
         x = float(val)
         if not math.isfinite(x):
             raise OperandError("cannot encode NaN or infinity")
-        v, e = _exact_scalar(x)
-        return FV([v], [e])
+        e = min(x.as_integer_ratio()[1].bit_length() - 1, MAX_SCALE)   # the denominator is 2^k
+        return FV(encoding.encode(np.array([x]), e, _FLOAT64_LIMIT).values, [e])
 
     encode_f32 = encode_f64
 
-    def encode_i64(self, val) -> FV:
+    def encode_i64(self, val: Any) -> FV:
         return FV([int(val)], [0])
 
     encode_i32 = encode_i64
@@ -377,7 +439,7 @@ class Coder:
     decode_i32 = decode_i64
 
     # -- by dtype
-    def encode(self, val, dtype=None) -> FV:
+    def encode(self, val: Any, dtype: Any = None) -> FV:
         if isinstance(val, torch.Tensor):
             if val.numel() != 1:
                 raise OperandError("Coder.encode takes a scalar")
@@ -390,7 +452,7 @@ class Coder:
             return self.encode_i64(int(val))
         return self.encode_f64(val)
 
-    def encode_vec(self, vec, dtype=None) -> FV:
+    def encode_vec(self, vec: Any, dtype: Any = None) -> FV:
         if dtype is None:
             dtype = vec.dtype if isinstance(vec, torch.Tensor) else torch.float64
         if isinstance(vec, torch.Tensor) and vec.dtype != dtype:
@@ -401,7 +463,7 @@ class Coder:
             return self.encode_i64_vec(vec)
         raise NotImplementedError(f"{dtype} not supported")
 
-    def decode_vec(self, vec: FV, dtype) -> torch.Tensor:
+    def decode_vec(self, vec: FV, dtype: Any) -> torch.Tensor:
         if dtype in (torch.float64, None):
             return self.decode_f64_vec(vec)
         if dtype in _FLOATS:
@@ -410,12 +472,13 @@ class Coder:
             return self.decode_i64_vec(vec).to(dtype)
         raise NotImplementedError(f"{dtype} not supported")
 
-    def encode_tensor(self, tensor, dtype=None) -> FV:
+    def encode_tensor(self, tensor: Any, dtype: Any = None) -> FV:
         if dtype is None:
             dtype = tensor.dtype
         return self.encode_vec(tensor.flatten(), dtype=dtype)
 
-    def decode_tensor(self, tensor: FV, dtype, shape=None, device=None) -> torch.Tensor:
+    def decode_tensor(self, tensor: FV, dtype: Any, shape: Any = None, device: Any = None
+                      ) -> torch.Tensor:
         data = self.decode_vec(tensor, dtype)
         if shape is not None:
             data = data.reshape(shape)
@@ -424,7 +487,8 @@ class Coder:
         return data
 
     # -- packing (SecureBoost)
-    def pack_floats(self, float_tensor, offset_bit: int, pack_num: int, precision: int) -> FV:
+    def pack_floats(self, float_tensor: Any, offset_bit: int, pack_num: int, precision: int
+                    ) -> FV:
         xs = _to_numpy(float_tensor).astype(np.float64).tolist()
         ints = [_round_half_away(math.ldexp(x, precision)) for x in xs]
         return self.pack_vec(ints, offset_bit, pack_num)
@@ -432,17 +496,13 @@ class Coder:
     def unpack_floats(self, packed: FV, offset_bit: int, pack_num: int, precision: int,
                       total_num: int) -> torch.Tensor:
         ints = self._unpack(packed, offset_bit, pack_num, total_num)
+        vals = np.asarray(encoding.decode(ints, int(precision)), dtype=np.float64)
         # torch's default dtype, as FATE's coder returns
-        return torch.tensor([_ldexp_int(v, precision) for v in ints])
+        return torch.tensor(vals.tolist())
 
-    def pack_vec(self, vec, num_shift_bit: int, num_elem_each_pack: int) -> FV:
+    def pack_vec(self, vec: Any, num_shift_bit: int, num_elem_each_pack: int) -> FV:
         ints = [int(v) for v in (_to_numpy(vec).tolist() if not isinstance(vec, list) else vec)]
-        packed = []
-        for g in range(0, len(ints), num_elem_each_pack):
-            acc = 0
-            for v in ints[g:g + num_elem_each_pack]:
-                acc = (acc << num_shift_bit) + v
-            packed.append(acc)
+        packed = _fold(ints, int(num_shift_bit), int(num_elem_each_pack))
         return FV(packed, np.zeros(len(packed), np.int64))
 
     def unpack_vec(self, vec: FV, num_shift_bit: int, num_elem_each_pack: int, total_num: int
@@ -470,114 +530,123 @@ class Coder:
 
 
 # ---------------------------------------------------------------------------------- arithmetic
-def _is_one(limbs: np.ndarray) -> np.ndarray:
-    return (limbs[:, 0] == 1) & ~limbs[:, 1:].any(axis=1)
+def _trivial_rows(batch: CiphertextBatch) -> np.ndarray:
+    """Rows holding the integer 1 (R mod n² in Montgomery form: E(0) with r = 1, as
+    ``evaluator.zeros`` makes), which any lift leaves as they are: 1^(2^d) = 1.  Only looked for
+    in host arrays (finding them in device memory would cost a fetch, and lifting them is merely
+    redundant)."""
+    limbs = batch.limbs
+    if not isinstance(limbs, np.ndarray):
+        return np.zeros(batch.size, bool)
+    ctx = batch.ctx
+    return (limbs == constant(ctx, ctx.r_mod, 1)).all(axis=1)
 
 
-def _mul(pk: PK, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if len(a) == 0:
-        return a.copy()
-    return mod_op.mod_mul(party.current_backend(), pk.ctx, a, b)
-
-
-def _pow(pk: PK, a: np.ndarray, exps: Sequence[int]) -> np.ndarray:
-    """a^e row-wise for non-negative ints e (one shared exponent when len(exps) == 1)."""
-    if len(a) == 0:
-        return a.copy()
-    return mod_op.mod_exp(party.current_backend(), pk.ctx, a, mod_op.exp_limbs(list(exps)))
-
-
-def _inverse(pk: PK, a: np.ndarray) -> np.ndarray:
-    nsq = gmpy2.mpz(pk.key.nsquare)
-    return to_limbs([int(gmpy2.invert(v, nsq)) for v in from_limbs(a)], pk.ctx.num_limbs)
-
-
-def _pow_signed(pk: PK, a: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    ks = [int(k) for k in ks]
-    neg = np.array([k < 0 for k in ks], dtype=bool)
-    base = a
-    if neg.any():
-        base = a.copy() if len(ks) > 1 else _inverse(pk, a)
-        if len(ks) > 1:
-            base[neg] = _inverse(pk, a[neg])
-    return _pow(pk, base, [abs(k) for k in ks])
-
-
-def _lift(pk: PK, limbs: np.ndarray, exps: np.ndarray, target: np.ndarray) -> np.ndarray:
+def _lift(batch: CiphertextBatch, exps: np.ndarray, target: np.ndarray) -> CiphertextBatch:
     """Ciphertexts at scales ``exps`` re-expressed at the (not smaller) ``target`` scales."""
-    d = target - exps
+    d = np.asarray(target, np.int64) - exps
     if (d < 0).any():
         raise OperandError("cannot lower a ciphertext's scale homomorphically")
-    todo = np.nonzero((d > 0) & ~_is_one(limbs))[0]
-    if len(todo) == 0:
-        return limbs
-    out = limbs.copy()
-    out[todo] = _pow(pk, limbs[todo], [1 << int(x) for x in d[todo]])
-    return out
+    if not d.any():
+        return batch
+    d = np.where(_trivial_rows(batch), 0, d)
+    return batch.lift(d)
 
 
-def _add_arrays(pk: PK, la, ea, lb, eb) -> tuple[np.ndarray, np.ndarray]:
-    """E(a) ⊕ E(b) element-wise (one side may have a single element: broadcast)."""
-    if len(la) != len(lb):
-        if len(lb) == 1:
-            lb, eb = np.repeat(lb, len(la), 0), np.repeat(eb, len(la))
-        elif len(la) == 1:
-            la, ea = np.repeat(la, len(lb), 0), np.repeat(ea, len(lb))
-        else:
-            raise OperandError(f"cannot add ciphertext vectors of lengths {len(la)} and {len(lb)}")
-    target = np.maximum(ea, eb)
-    return _mul(pk, _lift(pk, la, ea, target), _lift(pk, lb, eb, target)), target
+def _broadcast(pk: PK, a: EV, b: Any) -> tuple[CiphertextBatch, np.ndarray, int]:
+    """``a``'s batch and scales, repeated to ``len(b)`` when ``a`` has one element."""
+    ba = a._materialize(pk.key)
+    if len(a) == 1 and len(b) != 1:
+        idx = np.zeros(len(b), np.int64)
+        return ba.take(idx), a.exps[idx], len(b)
+    return ba, a.exps, len(a)
 
 
 def _add(pk: PK, a: EV, b: EV) -> EV:
-    limbs, exps = _add_arrays(pk, a._materialize(pk), a.exps, b._materialize(pk), b.exps)
-    return EV(limbs, exps)
+    """E(a) ⊕ E(b) element-wise (one side may have a single element: broadcast)."""
+    if len(a) != len(b) and 1 not in (len(a), len(b)):
+        raise OperandError(f"cannot add ciphertext vectors of lengths {len(a)} and {len(b)}")
+    ba, ea, _ = _broadcast(pk, a, b)
+    bb, eb, _ = _broadcast(pk, b, a)
+    target = np.maximum(ea, eb)
+    return EV(_lift(ba, ea, target).add(_lift(bb, eb, target)), target)
+
+
+def _add_plain(pk: PK, a: EV, v: FV) -> EV:
+    """E(a) ⊕ v for encoded plaintexts v (one side may have a single element: broadcast).  The
+    coarser side is brought to the finer scale: the plaintext by an exact shift, the ciphertext by
+    a lift."""
+    if len(a) != len(v) and 1 not in (len(a), len(v)):
+        raise OperandError(f"cannot add {len(a)} ciphertexts and {len(v)} plaintexts")
+    ba, ea, size = _broadcast(pk, a, v)
+    ints, ev = v.signed(), v.exps
+    target = np.maximum(ea, ev)
+    if len(v) == 1:                 # one addend shared by the batch, if it needs one shift only
+        shifts = np.unique(target - ev[0])
+        if len(shifts) == 1:
+            return EV(_lift(ba, ea, target).add_plain([ints[0] << int(shifts[0])]), target)
+        ints, ev = ints * size, np.repeat(ev, size)
+    shifted = [x << int(s) for x, s in zip(ints, (target - ev).tolist())]
+    return EV(_lift(ba, ea, target).add_plain(shifted), target)
 
 
 def _neg(pk: PK, a: EV) -> EV:
-    return EV(_inverse(pk, a._materialize(pk)), a.exps)
+    return EV(a._materialize(pk.key).neg(), a.exps)
 
 
 def _neg_fv(v: FV) -> FV:
     return FV([-x for x in v.signed()], v.exps)
 
 
-def _encrypted_array(pk: PK, a: EV, shape) -> tuple[EncryptedArray, int]:
-    """``a`` lifted to one common scale, as an EncryptedArray (for the multi-exponentiations).
+def _mul_fv(pk: PK, a: EV, enc: FV) -> EV:
+    """E(a)^k element-wise for encoded k (signed, one or one per element; a single ciphertext
+    is broadcast); scales add."""
+    ks = enc.signed()
+    if len(enc) == 1:
+        return EV(a._materialize(pk.key).mul(ks), a.exps + int(enc.exps[0]))
+    if len(a) != len(enc) and len(a) != 1:
+        raise OperandError(f"cannot multiply {len(a)} ciphertexts by {len(enc)} plaintexts")
+    ba, ea, _ = _broadcast(pk, a, enc)
+    return EV(ba.mul(ks), ea + enc.exps)
 
-    Bounds are not tracked by FATE's kit contract (bound 0 switches the SDK's pre-checks off); an
-    overflow still shows on decoding.
-    """
-    limbs = a._materialize(pk)
+
+def _common_scale(pk: PK, a: EV) -> tuple[CiphertextBatch, int]:
+    """``a`` lifted to one scale, the largest of its elements' (for the multi-exponentiations)."""
     scale = int(a.exps.max(initial=0))
-    limbs = _lift(pk, limbs, a.exps, np.full(len(limbs), scale, np.int64))
-    be = party.current_backend()
-    mont = base_op.to_mont(be, pk.ctx, limbs)
-    return EncryptedArray(pk.key, mont, tuple(int(s) for s in shape), 0, 0, be), scale
+    return _lift(a._materialize(pk.key), a.exps, np.full(len(a), scale, np.int64)), scale
 
 
-def _plain_matrix(v: FV, shape) -> tuple[np.ndarray, int]:
+def _plain_matrix(v: FV, dims: tuple[int, int]) -> tuple[np.ndarray, int]:
+    """Encoded plaintexts at one (the finest) scale, shifted exactly, as a (rows, cols) int
+    matrix."""
+    if len(v) != dims[0] * dims[1]:
+        raise OperandError(f"{len(v)} plaintexts do not form a {dims[0]}x{dims[1]} matrix")
     scale = int(v.exps.max(initial=0))
     ints = [x << (scale - int(e)) for x, e in zip(v.signed(), v.exps.tolist())]
     out = np.empty(len(ints), dtype=object)
     out[:] = ints
-    return out.reshape(tuple(int(s) for s in shape)), scale
+    return out.reshape(dims), scale
 
 
-def _from_array(pk: PK, arr: EncryptedArray, scale: int) -> EV:
-    be = party.current_backend()
-    limbs = base_op.from_mont(be, pk.ctx, arr.limbs)
-    return EV(limbs, np.full(len(limbs), scale, np.int64))
+def _dims(shape: Any, vector_as: str) -> tuple[int, int]:
+    """A FATE shape as a matrix: a 1-D (k,) is a row (1, k) or a column (k, 1)."""
+    dims = tuple(int(s) for s in shape)
+    if len(dims) == 2:
+        return dims[0], dims[1]
+    if len(dims) == 1:
+        return (1, dims[0]) if vector_as == "row" else (dims[0], 1)
+    raise OperandError(f"matmul takes 1-D or 2-D operands, got shape {dims}")
 
 
-def _as_index(x) -> np.ndarray:
+def _as_index(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy().astype(np.int64)
     return np.asarray(x, dtype=np.int64)
 
 
-def _scatter_add(pk: PK, a: EV, b: EV, src_rows: np.ndarray, positions, stride: int) -> None:
-    """a[positions[i, j]·stride + k] ⊕= b[src_rows[i]·stride + k] for all i, j, k < stride."""
+def _scatter_add(pk: PK, a: EV, b: EV, src_rows: np.ndarray, positions: Any, stride: int) -> None:
+    """a[positions[i, j]·stride + k] ⊕= b[src_rows[i]·stride + k] for all i, j, k < stride, in place:
+    one grouped product over all contributions per target, then one addition per target."""
     pos = _as_index(positions)
     if pos.ndim == 1:
         pos = pos[:, None]
@@ -585,7 +654,7 @@ def _scatter_add(pk: PK, a: EV, b: EV, src_rows: np.ndarray, positions, stride: 
         raise OperandError(f"{pos.shape[0]} position rows for {len(src_rows)} value rows")
     if pos.size == 0:
         return
-    la, lb = a._materialize(pk), b._materialize(pk)
+    ba, bb = a._materialize(pk.key), b._materialize(pk.key)
     k = np.arange(stride)
     targets = (pos[:, :, None] * stride + k).reshape(-1)
     sources = np.broadcast_to(src_rows[:, None, None] * stride + k, pos.shape + (stride,)).reshape(-1)
@@ -593,14 +662,12 @@ def _scatter_add(pk: PK, a: EV, b: EV, src_rows: np.ndarray, positions, stride: 
     scale = a.exps.copy()
     np.maximum.at(scale, targets, b.exps[sources])
     tgt_scale = scale[uniq]
-    contrib = _lift(pk, lb[sources], b.exps[sources], tgt_scale[groups])
-    be = party.current_backend()
-    prod = mod_op.mont_prod_groups(be, pk.ctx, base_op.to_mont(be, pk.ctx, contrib), groups,
-                                   len(uniq))
-    prod = base_op.from_mont(be, pk.ctx, prod)
-    cur = _lift(pk, la[uniq], a.exps[uniq], tgt_scale)
-    la[uniq] = _mul(pk, cur, prod)
-    a.exps[uniq] = tgt_scale
+    contrib = _lift(bb.take(sources), b.exps[sources], tgt_scale[groups])
+    sums = contrib.sum_groups(groups.reshape(-1), len(uniq))
+    cur = _lift(ba.take(uniq), a.exps[uniq], tgt_scale)
+    exps = a.exps.copy()
+    exps[uniq] = tgt_scale
+    a._assign(ba.put(uniq, cur.add(sums)), exps)
 
 
 class evaluator:
@@ -612,81 +679,69 @@ class evaluator:
         return _add(pk, a, b)
 
     @staticmethod
-    def add_plain(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        enc = coder.encode_tensor(b, dtype=output_dtype or b.dtype)
-        return _add(pk, a, pk.encrypt_encoded(enc, obfuscate=False))
+    def add_plain(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _add_plain(pk, a, coder.encode_tensor(b, dtype=output_dtype or b.dtype))
 
     @staticmethod
-    def add_plain_scalar(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        return _add(pk, a, pk.encrypt_encoded_scalar(coder.encode(b, dtype=output_dtype), False))
+    def add_plain_scalar(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _add_plain(pk, a, coder.encode(b, dtype=output_dtype))
 
     @staticmethod
     def sub(a: EV, b: EV, pk: PK) -> EV:
         return _add(pk, a, _neg(pk, b))
 
     @staticmethod
-    def sub_plain(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        enc = _neg_fv(coder.encode_tensor(b, dtype=output_dtype or b.dtype))
-        return _add(pk, a, pk.encrypt_encoded(enc, obfuscate=False))
+    def sub_plain(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _add_plain(pk, a, _neg_fv(coder.encode_tensor(b, dtype=output_dtype or b.dtype)))
 
     @staticmethod
-    def sub_plain_scalar(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        enc = _neg_fv(coder.encode(b, dtype=output_dtype))
-        return _add(pk, a, pk.encrypt_encoded_scalar(enc, False))
+    def sub_plain_scalar(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _add_plain(pk, a, _neg_fv(coder.encode(b, dtype=output_dtype)))
 
     @staticmethod
     def rsub(a: EV, b: EV, pk: PK) -> EV:
         return _add(pk, b, _neg(pk, a))
 
     @staticmethod
-    def rsub_plain(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        enc = coder.encode_tensor(b, dtype=output_dtype or b.dtype)
-        return _add(pk, pk.encrypt_encoded(enc, obfuscate=False), _neg(pk, a))
+    def rsub_plain(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _add_plain(pk, _neg(pk, a), coder.encode_tensor(b, dtype=output_dtype or b.dtype))
 
     @staticmethod
-    def rsub_plain_scalar(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        enc = coder.encode(b, dtype=output_dtype)
-        return _add(pk, pk.encrypt_encoded_scalar(enc, False), _neg(pk, a))
+    def rsub_plain_scalar(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _add_plain(pk, _neg(pk, a), coder.encode(b, dtype=output_dtype))
 
     # -- ciphertext ⊗ plaintext
     @staticmethod
-    def mul_plain(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        enc = coder.encode_tensor(b, dtype=output_dtype or b.dtype)
-        la = a._materialize(pk)
-        if len(enc) == 1 and len(la) != 1:
-            return evaluator._mul_scalar_fv(pk, a, enc)
-        if len(enc) != len(la):
-            if len(la) == 1:
-                la, a_exps = np.repeat(la, len(enc), 0), np.repeat(a.exps, len(enc))
-                return EV(_pow_signed(pk, la, enc.signed()), a_exps + enc.exps)
-            raise OperandError(f"cannot multiply {len(la)} ciphertexts by {len(enc)} plaintexts")
-        return EV(_pow_signed(pk, la, enc.signed()), a.exps + enc.exps)
+    def mul_plain(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _mul_fv(pk, a, coder.encode_tensor(b, dtype=output_dtype or b.dtype))
 
     @staticmethod
-    def _mul_scalar_fv(pk: PK, a: EV, enc: FV) -> EV:
-        return EV(_pow_signed(pk, a._materialize(pk), enc.signed()), a.exps + int(enc.exps[0]))
+    def mul_plain_scalar(a: EV, b: Any, pk: PK, coder: Coder, output_dtype: Any = None) -> EV:
+        return _mul_fv(pk, a, coder.encode(b, dtype=output_dtype))
 
     @staticmethod
-    def mul_plain_scalar(a: EV, b, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        return evaluator._mul_scalar_fv(pk, a, coder.encode(b, dtype=output_dtype))
+    def matmul(a: EV, b: Any, a_shape: Any, b_shape: Any, pk: PK, coder: Coder,
+               output_dtype: Any = None) -> EV:
+        """E(A) @ B for plaintext B (multi-exponentiations sharing their bases), row-major."""
+        batch, sa = _common_scale(pk, a)
+        mat, sb = _plain_matrix(coder.encode_tensor(b, dtype=output_dtype or b.dtype),
+                                _dims(b_shape, "column"))
+        out = batch.matmul(_dims(a_shape, "row"), mat)
+        return EV(out, np.full(out.size, sa + sb, np.int64))
 
     @staticmethod
-    def matmul(a: EV, b, a_shape, b_shape, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        """E(A) @ B for plaintext B (multi-exponentiations sharing their bases)."""
-        arr, sa = _encrypted_array(pk, a, a_shape)
-        mat, sb = _plain_matrix(coder.encode_tensor(b, dtype=output_dtype or b.dtype), b_shape)
-        return _from_array(pk, arr @ mat, sa + sb)
-
-    @staticmethod
-    def rmatmul(a: EV, b, a_shape, b_shape, pk: PK, coder: Coder, output_dtype=None) -> EV:
-        """B @ E(A) for plaintext B."""
-        arr, sa = _encrypted_array(pk, a, a_shape)
-        mat, sb = _plain_matrix(coder.encode_tensor(b, dtype=output_dtype or b.dtype), b_shape)
-        return _from_array(pk, arr.__rmatmul__(mat), sa + sb)
+    def rmatmul(a: EV, b: Any, a_shape: Any, b_shape: Any, pk: PK, coder: Coder,
+                output_dtype: Any = None) -> EV:
+        """B @ E(A) for plaintext B, row-major."""
+        batch, sa = _common_scale(pk, a)
+        mat, sb = _plain_matrix(coder.encode_tensor(b, dtype=output_dtype or b.dtype),
+                                _dims(b_shape, "row"))
+        out = batch.rmatmul(_dims(a_shape, "column"), mat)
+        return EV(out, np.full(out.size, sa + sb, np.int64))
 
     # -- vectors
     @staticmethod
-    def zeros(size, dtype=None) -> EV:
+    def zeros(size: int, dtype: Any = None) -> EV:
         size = int(size)
         return EV(None, np.zeros(size, np.int64), size)
 
@@ -704,102 +759,109 @@ class evaluator:
         return list[0].cat(list[1:])
 
     @staticmethod
-    def i_add(pk: PK, a: EV, b: EV, sa=0, sb=0, size: Optional[int] = None) -> None:
+    def i_add(pk: PK, a: EV, b: EV, sa: int = 0, sb: int = 0, size: Optional[int] = None) -> None:
         """a[sa:sa+size] ⊕= b[sb:sb+size] in place."""
         evaluator._i_add(pk, a, b, sa, sb, size, negate=False)
 
     @staticmethod
-    def i_sub(pk: PK, a: EV, b: EV, sa=0, sb=0, size: Optional[int] = None) -> None:
+    def i_sub(pk: PK, a: EV, b: EV, sa: int = 0, sb: int = 0, size: Optional[int] = None) -> None:
         """a[sa:sa+size] ⊖= b[sb:sb+size] in place."""
         evaluator._i_add(pk, a, b, sa, sb, size, negate=True)
 
     @staticmethod
-    def _i_add(pk, a, b, sa, sb, size, negate) -> None:
+    def _i_add(pk: PK, a: EV, b: EV, sa: int, sb: int, size: Optional[int], negate: bool
+               ) -> None:
         if size is None:
             size = min(len(a) - sa, len(b) - sb)
-        la, lb = a._materialize(pk), b._materialize(pk)
-        seg_b = lb[sb:sb + size].copy()
+        ia = np.arange(len(a))[sa:sa + size]
+        ib = np.arange(len(b))[sb:sb + size]
+        if len(ia) != len(ib):
+            raise OperandError(f"i_add: {len(ia)} target and {len(ib)} source elements")
+        ba, bb = a._materialize(pk.key), b._materialize(pk.key)
+        seg_b = bb.take(ib)
         if negate:
-            seg_b = _inverse(pk, seg_b)
-        limbs, exps = _add_arrays(pk, la[sa:sa + size], a.exps[sa:sa + size], seg_b,
-                                  b.exps[sb:sb + size].copy())
-        la[sa:sa + size] = limbs
-        a.exps[sa:sa + size] = exps
+            seg_b = seg_b.neg()
+        target = np.maximum(a.exps[ia], b.exps[ib])
+        total = _lift(ba.take(ia), a.exps[ia], target).add(_lift(seg_b, b.exps[ib], target))
+        exps = a.exps.copy()
+        exps[ia] = target
+        a._assign(ba.put(ia, total), exps)
 
     @staticmethod
-    def i_shuffle(pk: PK, a: EV, indices) -> None:
-        idx = _as_index(indices)
-        if a.limbs is not None:
-            a.limbs = a.limbs[idx]
-        a.exps = a.exps[idx]
+    def i_shuffle(pk: PK, a: EV, indices: Any) -> None:
+        out = a._select(_as_index(indices))
+        a._batch, a._wire, a.exps, a._size = out._batch, out._wire, out.exps, out._size
 
     @staticmethod
-    def shuffle(pk: PK, a: EV, indices) -> EV:
-        idx = _as_index(indices)
-        return EV(None if a.limbs is None else a.limbs[idx], a.exps[idx], len(idx),
-                  unchecked=a._unchecked)
+    def shuffle(pk: PK, a: EV, indices: Any) -> EV:
+        return a._select(_as_index(indices))
 
     @staticmethod
-    def i_update(pk: PK, a: EV, b: EV, positions, stride: int) -> None:
+    def i_update(pk: PK, a: EV, b: EV, positions: Any, stride: int) -> None:
         """a[positions[i][j]] ⊕= b[i] for every j (rows of ``stride`` elements)."""
         rows = len(b) // stride
         _scatter_add(pk, a, b, np.arange(rows), positions, stride)
 
     @staticmethod
-    def i_update_with_masks(pk: PK, a: EV, b: EV, positions, masks, stride: int) -> None:
+    def i_update_with_masks(pk: PK, a: EV, b: EV, positions: Any, masks: Any, stride: int
+                            ) -> None:
         """Like i_update, for the rows of b where ``masks`` is true (positions index those rows)."""
         m = _as_index(masks).astype(bool).reshape(-1)
         _scatter_add(pk, a, b, np.nonzero(m)[0], positions, stride)
 
     @staticmethod
     def chunking_cumsum_with_step(pk: PK, a: EV, chunk_sizes: List[int], step: int) -> None:
-        """In place: within each chunk, running sums over rows of ``step`` elements."""
-        la = a._materialize(pk)
-        starts, rows = [], []
+        """In place: within each chunk, running sums over rows of ``step`` elements (row j of a
+        chunk ⊕= row j−1, for j = 1, 2, ... in order)."""
+        batch = a._materialize(pk.key)
+        limbs = np.array(batch.limbs, dtype=np.uint64, copy=True)
+        exps = a.exps.copy()
+        starts_l, rows_l = [], []
         pos = 0
         for c in chunk_sizes:
-            starts.append(pos // step)
-            rows.append(c // step)
+            starts_l.append(pos // step)
+            rows_l.append(c // step)
             pos += c
-        starts, rows = np.array(starts, np.int64), np.array(rows, np.int64)
+        starts, rows = np.array(starts_l, np.int64), np.array(rows_l, np.int64)
         k = np.arange(step)
         for j in range(1, int(rows.max(initial=0))):
             live = starts[rows > j] + j
             dst = (live[:, None] * step + k).reshape(-1)
             src = dst - step
-            limbs, exps = _add_arrays(pk, la[dst], a.exps[dst], la[src], a.exps[src])
-            la[dst] = limbs
-            a.exps[dst] = exps
+            target = np.maximum(exps[dst], exps[src])
+            cur = CiphertextBatch(pk.key, limbs[dst], batch.backend)
+            prev = CiphertextBatch(pk.key, limbs[src], batch.backend)
+            limbs[dst] = np.asarray(_lift(cur, exps[dst], target).add(
+                _lift(prev, exps[src], target)).limbs)
+            exps[dst] = target
+        a._assign(CiphertextBatch(pk.key, limbs, batch.backend), exps)
 
     @staticmethod
     def intervals_sum_with_step(pk: PK, a: EV, intervals: List[Tuple[int, int]], step: int
                                 ) -> EV:
         """For each interval [s, e): the ``step`` sums of its elements with equal (i - s) % step."""
-        la = a._materialize(pk)
-        idx, groups = [], []
+        batch = a._materialize(pk.key)
+        idx_l, groups_l = [], []
         for g, (s, e) in enumerate(intervals):
             r = np.arange(s, e)
-            idx.append(r)
-            groups.append(g * step + (r - s) % step)
-        idx = np.concatenate(idx) if idx else np.zeros(0, np.int64)
-        groups = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+            idx_l.append(r)
+            groups_l.append(g * step + (r - s) % step)
+        idx = np.concatenate(idx_l) if idx_l else np.zeros(0, np.int64)
+        groups = np.concatenate(groups_l) if groups_l else np.zeros(0, np.int64)
         scale = int(a.exps[idx].max(initial=0))
-        limbs = _lift(pk, la[idx], a.exps[idx], np.full(len(idx), scale, np.int64))
-        be = party.current_backend()
-        out = mod_op.mont_prod_groups(be, pk.ctx, base_op.to_mont(be, pk.ctx, limbs), groups,
-                                      len(intervals) * step)
-        return EV(base_op.from_mont(be, pk.ctx, out), np.full(len(out), scale, np.int64))
+        lifted = _lift(batch.take(idx), a.exps[idx], np.full(len(idx), scale, np.int64))
+        out = lifted.sum_groups(groups, len(intervals) * step)
+        return EV(out, np.full(out.size, scale, np.int64))
 
     @staticmethod
     def pack_squeeze(a: EV, pack_num: int, shift_bit: int, pk: PK) -> EV:
-        """Ciphertexts folded in groups of ``pack_num``: E(acc)^(2^shift_bit) ⊕ E(x)."""
-        la = a._materialize(pk)
-        n = len(la)
+        """Ciphertexts folded in groups of ``pack_num``: E(acc)^(2^shift_bit) ⊕ E(x), i.e. element
+        i of a group of g is lifted by shift_bit·(g − 1 − i) bits and the group summed."""
+        batch = a._materialize(pk.key)
+        n = len(batch)
         groups = np.arange(n) // pack_num
         g_size = np.minimum(pack_num, n - groups * pack_num)
         power = g_size - 1 - np.arange(n) % pack_num
-        lifted = _pow(pk, la, [1 << (shift_bit * int(p)) for p in power])
-        be = party.current_backend()
         num = int(groups.max(initial=-1)) + 1
-        out = mod_op.mont_prod_groups(be, pk.ctx, base_op.to_mont(be, pk.ctx, lifted), groups, num)
-        return EV(base_op.from_mont(be, pk.ctx, out), np.zeros(num, np.int64))
+        out = batch.lift(int(shift_bit) * power).sum_groups(groups, num)
+        return EV(out, np.zeros(num, np.int64))

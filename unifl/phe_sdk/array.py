@@ -1,8 +1,10 @@
 """``EncryptedArray``: a NumPy-like array of Paillier ciphertexts (in the spirit of FLASH Listing 1).
 
-The array keeps its ciphertexts as Montgomery-form limbs mod n² between operations, its logical
-shape, its fixed-point scale (values are v / 2^scale_bits) and a bound on |v| used to detect
-overflow before it happens (see :mod:`unifl.phe_sdk.encoding`).
+A thin fixed-point layer over :class:`~unifl.phe_sdk.ciphertexts.CiphertextBatch`, which holds the
+ciphertexts (Montgomery-form limbs mod n², kept between operations), computes on them and keeps
+a bound on |v| used to detect overflow before it happens (see :mod:`unifl.phe_sdk.encoding`).  The
+array adds a logical shape (indexing, broadcasting, axes) and one fixed-point scale: an element
+holds the real value v / 2^scale_bits.
 
 Homomorphic semantics (all mod n²):
 
@@ -11,6 +13,9 @@ Homomorphic semantics (all mod n²):
 * ``a * k``  (k plaintext)       E(x)^|k|, or (E(x)^-1)^|k| for k < 0 (never E(x)^(n−|k|))
 * ``X @ a``, ``a @ X``           multi-exponentiations prod_i E(x_i)^X_ki sharing their bases
 * ``a.sum(axis)``                grouped products
+
+Operands at different scales are first brought to the finer one, E(v)^(2^d) = E(v·2^d); the
+scale of a product is the sum of its operands' scales.
 
 Results of plaintext multiplications are not re-randomised; call :meth:`obfuscate` before sending
 one to a party that must not learn the multiplier.
@@ -22,26 +27,31 @@ from typing import Any
 
 import numpy as np
 
-from .. import base_op, mod_op
-from ..base_op import DeviceBatch, from_limbs, to_limbs
+from ..core.backend import Backend
+from ..core.contract import Limbs
 from ..core.errors import KeyMismatchError, OperandError
+from ..core.limbs import DeviceBatch, from_limbs
 from . import encoding
-from ._util import resolve_backend
-from .paillier import PrivateKey, PublicKey, decrypt_limbs, encrypt_limbs
-
-
-def _exp_array(ints: list[int]) -> np.ndarray:
-    """Non-negative Python ints to an exponent limb array (N, Le)."""
-    return mod_op.exp_limbs(ints) if ints else np.zeros((0, 1), np.uint64)
+from .ciphertexts import CiphertextBatch
+from .paillier import PrivateKey, PublicKey
 
 
 class EncryptedArray:
-    """A batch of Paillier ciphertexts with a shape, a fixed-point scale and an overflow bound."""
+    """A batch of Paillier ciphertexts with a shape, a fixed-point scale and an overflow bound.
+
+    Args:
+        public_key: the key the ciphertexts were made under.
+        limbs: (size, L2) Montgomery-form limbs mod n² (or a backend's DeviceBatch of them).
+        shape: the logical shape; its element count must be the number of rows of ``limbs``.
+        scale_bits: each element holds v / 2^scale_bits for its plaintext v.
+        bound: an upper bound on |v| over the elements (checked growth, see the module docstring).
+        backend: what computes on the array (a Backend, a name, or None for the default).
+    """
 
     __array_priority__ = 100  # so ndarray @ EncryptedArray defers to __rmatmul__
 
-    def __init__(self, public_key: PublicKey, limbs: np.ndarray, shape: tuple[int, ...],
-                 scale_bits: int, bound: int, backend=None) -> None:
+    def __init__(self, public_key: PublicKey, limbs: Limbs, shape: tuple[int, ...],
+                 scale_bits: int, bound: int, backend: Backend | str | None = None) -> None:
         if not isinstance(limbs, DeviceBatch):    # a device batch stays where it is until fetched
             limbs = np.ascontiguousarray(limbs, dtype=np.uint64)
         # element count with Python ints: np.prod in int64 wraps, e.g. (2^33, 2^33) -> 0
@@ -52,43 +62,81 @@ class EncryptedArray:
             count *= int(s)
         if limbs.shape != (count, public_key.nsquare_ctx.num_limbs):
             raise OperandError(f"limbs {limbs.shape} do not match shape {shape}")
-        self.public_key = public_key
-        self.limbs = limbs
+        self.batch = CiphertextBatch(public_key, limbs, backend, int(bound))
         self.shape = tuple(int(s) for s in shape)
         self.scale_bits = int(scale_bits)
-        self.bound = int(bound)
-        self.backend = resolve_backend(backend)
+
+    @classmethod
+    def _wrap(cls, batch: CiphertextBatch, shape: tuple[int, ...], scale_bits: int
+              ) -> "EncryptedArray":
+        """An array over ``batch`` (whose length already is the element count of ``shape``)."""
+        out = cls.__new__(cls)
+        out.batch = batch
+        out.shape = tuple(int(s) for s in shape)
+        out.scale_bits = int(scale_bits)
+        return out
+
+    # ---- the batch's state, read-only here
+    @property
+    def public_key(self) -> PublicKey:
+        return self.batch.public_key
+
+    @property
+    def limbs(self) -> Limbs:
+        """Montgomery-form limbs mod n², one row per element in C order."""
+        return self.batch.limbs
+
+    @property
+    def backend(self) -> Backend:
+        return self.batch.backend
+
+    @property
+    def bound(self) -> int:
+        """An upper bound on |v| over the elements' plaintexts v (scaled integers)."""
+        bound = self.batch.bound
+        assert bound is not None, "an EncryptedArray's batch always tracks its bound"
+        return bound
 
     # ---- construction / decryption
     @classmethod
-    def encrypt(cls, public_key: PublicKey, values, scale_bits: int | None = None,
-                backend=None, private_key: PrivateKey | None = None) -> "EncryptedArray":
-        """Encrypt an array-like of ints/floats (O1).  Integer arrays default to scale 0, floats to
-        2^-24 resolution; pass ``scale_bits`` to choose.  The key owner may pass ``private_key`` to
-        compute the obfuscation factors with the CRT (faster, same distribution)."""
+    def encrypt(cls, public_key: PublicKey, values: Any, scale_bits: int | None = None,
+                backend: Backend | str | None = None, private_key: PrivateKey | None = None
+                ) -> "EncryptedArray":
+        """Encrypt an array-like of ints/floats (O1): E(round(x·2^s)) per element x.
+
+        Integer arrays default to scale s = 0, floats to 2^-24 resolution; pass ``scale_bits`` to
+        choose.  The key owner may pass ``private_key`` to compute the obfuscation factors with
+        the CRT (faster, same distribution).
+
+        Raises:
+            EncodingOverflowError: some |round(x·2^s)| > max_int.
+            KeyMismatchError: ``private_key`` belongs to another key.
+        """
         if private_key is not None and private_key.public_key != public_key:
             raise KeyMismatchError("private_key does not belong to public_key")
         arr = np.asarray(values)
         if scale_bits is None:
             scale_bits = encoding.default_scale(arr)
         enc = encoding.encode(arr, scale_bits, public_key.max_int)
-        be = resolve_backend(backend)
-        m = public_key.plaintext_limbs(encoding.to_residues(enc.values, public_key.n))
-        c = encrypt_limbs(be, public_key, m, private_key=private_key)
-        return cls(public_key, c, arr.shape, scale_bits, enc.bound, be)
+        batch = CiphertextBatch.encrypt(public_key, enc.values, backend, private_key=private_key)
+        return cls._wrap(batch, arr.shape, scale_bits)
 
     def decrypt(self, private_key: PrivateKey, exact: bool = False) -> np.ndarray:
-        """Decrypt (O2) to a float64 array (ints for scale 0; Fractions with ``exact``)."""
+        """Decrypt (O2) to a float64 array v / 2^scale_bits (ints for scale 0; Fractions with
+        ``exact``).
+
+        Raises:
+            KeyMismatchError: ``private_key`` is not this array's key.
+            EncodingOverflowError: a plaintext lies outside the encoding range.
+        """
         if private_key.public_key != self.public_key:
             raise KeyMismatchError("this array was encrypted under another public key")
-        pk = self.public_key
-        res = from_limbs(decrypt_limbs(self.backend, private_key, self.limbs))
-        ints = encoding.from_residues(res, pk.n, pk.max_int)
+        ints = self.batch.decrypt(private_key)
         return encoding.decode(ints, self.scale_bits, self.shape, exact=exact)
 
     def ciphertexts(self) -> list[int]:
         """The plain ciphertext integers (python-paillier's ``ciphertext(be_secure=False)``)."""
-        return from_limbs(base_op.from_mont(self.backend, self.public_key.nsquare_ctx, self.limbs))
+        return from_limbs(self.batch.ciphertexts())
 
     # ---- shape and indexing
     @property
@@ -97,7 +145,7 @@ class EncryptedArray:
 
     @property
     def size(self) -> int:
-        return self.limbs.shape[0]
+        return self.batch.size
 
     def __len__(self) -> int:
         if not self.shape:
@@ -111,24 +159,14 @@ class EncryptedArray:
     def _index_grid(self) -> np.ndarray:
         return np.arange(self.size).reshape(self.shape)
 
-    def _rows(self, idx: np.ndarray):
-        """``self.limbs[idx]``, but the limbs themselves (no gather, and no fetch of a device batch)
-        when ``idx`` picks every row in order."""
-        idx = np.asarray(idx).reshape(-1)
-        if idx.size == self.size and (idx.size == 0 or (idx[0] == 0 and
-                                                        (np.diff(idx) == 1).all())):
-            return self.limbs
-        return self.limbs[idx]
-
-    def _take(self, idx: np.ndarray, bound: int | None = None) -> "EncryptedArray":
+    def _take(self, idx: np.ndarray) -> "EncryptedArray":
         idx = np.asarray(idx)
-        return EncryptedArray(self.public_key, self.limbs[idx.reshape(-1)], idx.shape,
-                              self.scale_bits, self.bound if bound is None else bound, self.backend)
+        return EncryptedArray._wrap(self.batch.take(idx.reshape(-1)), idx.shape, self.scale_bits)
 
     def __getitem__(self, key: Any) -> "EncryptedArray":
         return self._take(self._index_grid()[key])
 
-    def reshape(self, *shape) -> "EncryptedArray":
+    def reshape(self, *shape: Any) -> "EncryptedArray":
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         return self._take(self._index_grid().reshape(shape))
@@ -136,7 +174,7 @@ class EncryptedArray:
     def ravel(self) -> "EncryptedArray":
         return self.reshape(-1)
 
-    def transpose(self, *axes) -> "EncryptedArray":
+    def transpose(self, *axes: Any) -> "EncryptedArray":
         return self._take(self._index_grid().transpose(*axes))
 
     @property
@@ -144,10 +182,13 @@ class EncryptedArray:
         return self.transpose()
 
     def copy(self) -> "EncryptedArray":
-        return self._take(self._index_grid())
+        """An array with its own copy of the limbs."""
+        return EncryptedArray(self.public_key, np.array(self.limbs, dtype=np.uint64, copy=True),
+                              self.shape, self.scale_bits, self.bound, self.backend)
 
     @staticmethod
     def concatenate(arrays: list["EncryptedArray"], axis: int = 0) -> "EncryptedArray":
+        """The arrays joined along ``axis`` (brought to the finest of their scales first)."""
         first = arrays[0]
         for a in arrays[1:]:
             first._check_peer(a)
@@ -155,14 +196,10 @@ class EncryptedArray:
         arrays = [a._rescale(scale) for a in arrays]
         offs = np.cumsum([0] + [a.size for a in arrays])
         grid = np.concatenate([a._index_grid() + o for a, o in zip(arrays, offs)], axis=axis)
-        limbs = np.concatenate([a.limbs for a in arrays])
-        return EncryptedArray(first.public_key, limbs[grid.reshape(-1)], grid.shape, scale,
-                              max(a.bound for a in arrays), first.backend)
+        batch = CiphertextBatch.concatenate([a.batch for a in arrays])
+        return EncryptedArray._wrap(batch.take(grid.reshape(-1)), grid.shape, scale)
 
     # ---- helpers
-    def _ctx(self):
-        return self.public_key.nsquare_ctx
-
     def _check_peer(self, other: "EncryptedArray") -> None:
         if other.public_key != self.public_key:
             raise KeyMismatchError("arrays encrypted under different public keys")
@@ -172,171 +209,122 @@ class EncryptedArray:
         d = scale_bits - self.scale_bits
         if d == 0:
             return self
-        if d < 0:
-            raise OperandError("cannot rescale to a coarser scale homomorphically")
-        bound = encoding.check_bound(self.bound << d, self.public_key.max_int, "rescaling")
-        limbs = mod_op.mont_exp(self.backend, self._ctx(), self.limbs, mod_op.exp_limbs(1 << d))
-        return EncryptedArray(self.public_key, limbs, self.shape, scale_bits, bound, self.backend)
+        return EncryptedArray._wrap(self.batch.lift(d), self.shape, scale_bits)
 
-    def _broadcast(self, other_shape) -> tuple[np.ndarray, tuple]:
+    def _broadcast(self, other_shape: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
         out_shape = np.broadcast_shapes(self.shape, tuple(other_shape))
         return np.broadcast_to(self._index_grid(), out_shape).reshape(-1), out_shape
 
+    @staticmethod
+    def _broadcast_values(values: list[int], shape: tuple[int, ...], out_shape: tuple[int, ...]
+                          ) -> list[int]:
+        idx = np.broadcast_to(np.arange(len(values)).reshape(shape), out_shape).reshape(-1)
+        return [values[j] for j in idx.tolist()]
+
     # ---- addition (O3)
-    def __add__(self, other) -> "EncryptedArray":
-        pk, ctx, be = self.public_key, self._ctx(), self.backend
+    def __add__(self, other: Any) -> "EncryptedArray":
         if isinstance(other, EncryptedArray):
             self._check_peer(other)
             scale = max(self.scale_bits, other.scale_bits)
             a, b = self._rescale(scale), other._rescale(scale)
             out_shape = np.broadcast_shapes(a.shape, b.shape)
-            bound = encoding.check_bound(a.bound + b.bound, pk.max_int, "sum")
-            if a.shape == b.shape:  # no broadcasting: no gather copies
-                la, lb = a.limbs, b.limbs
-            else:
-                la = a.limbs[np.broadcast_to(a._index_grid(), out_shape).reshape(-1)]
-                lb = b.limbs[np.broadcast_to(b._index_grid(), out_shape).reshape(-1)]
-            limbs = base_op.mont_mul(be, ctx, la, lb, checked=False)
-            return EncryptedArray(pk, limbs, out_shape, scale, bound, be)
+            ba, bb = a.batch, b.batch
+            if a.shape != b.shape:
+                ba = ba.take(np.broadcast_to(a._index_grid(), out_shape).reshape(-1))
+                bb = bb.take(np.broadcast_to(b._index_grid(), out_shape).reshape(-1))
+            return EncryptedArray._wrap(ba.add(bb), out_shape, scale)
         plain = np.asarray(other)
-        enc = encoding.encode(plain, self.scale_bits, pk.max_int)
+        enc = encoding.encode(plain, self.scale_bits, self.public_key.max_int)
         ia, out_shape = self._broadcast(plain.shape)
-        vals = np.broadcast_to(np.arange(plain.size).reshape(plain.shape), out_shape).reshape(-1)
-        bound = encoding.check_bound(self.bound + enc.bound, pk.max_int, "sum")
-        gm = to_limbs([(1 + (enc.values[j] % pk.n) * pk.n) % pk.nsquare for j in vals.tolist()],
-                      ctx.num_limbs)
-        # MontMult(c̄, g^p) = c·g^p (plain), then back into the domain
-        limbs = base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, self._rows(ia), gm,
-                                                          checked=False))
-        return EncryptedArray(pk, limbs, out_shape, self.scale_bits, bound, be)
+        addends = enc.values if plain.size == 1 else \
+            self._broadcast_values(enc.values, plain.shape, out_shape)
+        return EncryptedArray._wrap(self.batch.take(ia).add_plain(addends), out_shape,
+                                    self.scale_bits)
 
     __radd__ = __add__
 
     def __neg__(self) -> "EncryptedArray":
-        inv = mod_op.mont_inverse(self.backend, self._ctx(), self.limbs)
-        return EncryptedArray(self.public_key, inv, self.shape, self.scale_bits, self.bound,
-                              self.backend)
+        return EncryptedArray._wrap(self.batch.neg(), self.shape, self.scale_bits)
 
-    def __sub__(self, other) -> "EncryptedArray":
+    def __sub__(self, other: Any) -> "EncryptedArray":
         if isinstance(other, EncryptedArray):
             return self + (-other)
         return self + (-np.asarray(other))
 
-    def __rsub__(self, other) -> "EncryptedArray":
+    def __rsub__(self, other: Any) -> "EncryptedArray":
         return (-self) + other
 
     # ---- ciphertext × plaintext (O4)
-    def __mul__(self, other) -> "EncryptedArray":
+    def __mul__(self, other: Any) -> "EncryptedArray":
         if isinstance(other, EncryptedArray):
             raise TypeError("Paillier cannot multiply two ciphertexts; multiply by a plaintext")
-        pk, ctx, be = self.public_key, self._ctx(), self.backend
         plain = np.asarray(other)
         k_scale = encoding.default_scale(plain)
-        enc = encoding.encode(plain, k_scale, pk.max_int)
-        bound = encoding.check_bound(self.bound * enc.bound, pk.max_int, "product")
+        enc = encoding.encode(plain, k_scale, self.public_key.max_int)
         ia, out_shape = self._broadcast(plain.shape)
-        base = self._rows(ia)
-        if plain.size == 1:  # one exponent shared by the batch: sliding windows
-            k = enc.values[0]
-            if k < 0:
-                base = mod_op.mont_inverse(be, ctx, base)
-            limbs = mod_op.mont_exp(be, ctx, base, mod_op.exp_limbs(abs(k)))
-        else:
-            kv = np.broadcast_to(np.arange(plain.size).reshape(plain.shape), out_shape).reshape(-1)
-            ks = [enc.values[j] for j in kv.tolist()]
-            neg = np.array([k < 0 for k in ks], dtype=bool)
-            if neg.any():
-                base = base.copy()
-                base[neg] = mod_op.mont_inverse(be, ctx, base[neg])
-            limbs = mod_op.mont_exp(be, ctx, base, _exp_array([abs(k) for k in ks]))
-        return EncryptedArray(pk, limbs, out_shape, self.scale_bits + k_scale, bound, be)
+        # one multiplier shared by the batch runs as one sliding-window exponent
+        ks = enc.values if plain.size == 1 else \
+            self._broadcast_values(enc.values, plain.shape, out_shape)
+        return EncryptedArray._wrap(self.batch.take(ia).mul(ks), out_shape,
+                                    self.scale_bits + k_scale)
 
     __rmul__ = __mul__
 
-    def __truediv__(self, other) -> "EncryptedArray":
+    def __truediv__(self, other: Any) -> "EncryptedArray":
         return self * (1.0 / np.asarray(other, dtype=np.float64))
 
     # ---- matmul (O5)
-    def _multi_exp(self, idx_bases: np.ndarray, plain_rows: list[list[int]], bound_each: int
-                   ) -> np.ndarray:
-        """prod_i base[idx_i]^row_i for each row; signs handled with inverted bases."""
-        be, ctx = self.backend, self._ctx()
-        bases = self._rows(idx_bases)
-        n = len(idx_bases)
-        negative = any(v < 0 for row in plain_rows for v in row)
-        if negative:
-            bases = np.concatenate([bases, mod_op.mont_inverse(be, ctx, bases)])
-            rows = [[max(v, 0) for v in row] + [max(-v, 0) for v in row] for row in plain_rows]
-        else:
-            rows = plain_rows
-        flat = [v for row in rows for v in row]
-        exps = _exp_array(flat).reshape(len(rows), len(bases), -1) if flat else \
-            np.zeros((len(rows), len(bases), 1), np.uint64)
-        assert exps.shape[1] == (2 * n if negative else n)
-        return mod_op.mont_multi_exp(be, ctx, bases, exps)
+    @staticmethod
+    def _encode_matrix(plain: np.ndarray, max_int: int) -> tuple[np.ndarray, int]:
+        """A plaintext matrix encoded at its default scale, as Python ints (object array)."""
+        k_scale = encoding.default_scale(plain)
+        enc = encoding.encode(plain, k_scale, max_int)
+        vals = np.empty(plain.shape, dtype=object)
+        vals.reshape(-1)[:] = enc.values
+        return vals, k_scale
 
-    def __matmul__(self, other) -> "EncryptedArray":
+    def __matmul__(self, other: Any) -> "EncryptedArray":
         """E(A) @ B for a plaintext B: out[j, k] = prod_i E(A[j, i])^B[i, k]."""
         if isinstance(other, EncryptedArray):
             raise TypeError("Paillier cannot multiply two encrypted matrices")
-        pk = self.public_key
         plain = np.asarray(other)
         a_shape = self.shape if self.ndim == 2 else (1,) + self.shape
         b = plain if plain.ndim == 2 else plain.reshape(-1, 1)
         if self.ndim not in (1, 2) or plain.ndim not in (1, 2) or a_shape[1] != b.shape[0]:
             raise OperandError(f"matmul shapes {self.shape} and {plain.shape} do not align")
-        k_scale = encoding.default_scale(b)
-        enc = encoding.encode(b, k_scale, pk.max_int)
-        vals = np.empty(b.shape, dtype=object)
-        vals.reshape(-1)[:] = enc.values
-        cols = [list(vals[:, k]) for k in range(b.shape[1])]
-        col_l1 = max((sum(abs(v) for v in c) for c in cols), default=0)
-        bound = encoding.check_bound(self.bound * col_l1, pk.max_int, "matmul")
-        grid = self._index_grid().reshape(a_shape)
-        parts = [self._multi_exp(grid[j], cols, bound) for j in range(a_shape[0])]
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        shape = (a_shape[0], b.shape[1])
+        vals, k_scale = self._encode_matrix(b, self.public_key.max_int)
+        out = self.batch.matmul((a_shape[0], a_shape[1]), vals)
+        shape: tuple[int, ...] = (a_shape[0], b.shape[1])
         if plain.ndim == 1:
             shape = shape[:1]
         if self.ndim == 1:
             shape = shape[1:]
-        return EncryptedArray(pk, out, shape, self.scale_bits + k_scale, bound, self.backend)
+        return EncryptedArray._wrap(out, shape, self.scale_bits + k_scale)
 
-    def __rmatmul__(self, other) -> "EncryptedArray":
+    def __rmatmul__(self, other: Any) -> "EncryptedArray":
         """X @ E(A) for a plaintext X: out[k, m] = prod_i E(A[i, m])^X[k, i]."""
-        pk = self.public_key
         plain = np.asarray(other)
         x = plain if plain.ndim == 2 else plain.reshape(1, -1)
         a_shape = self.shape if self.ndim == 2 else self.shape + (1,)
         if self.ndim not in (1, 2) or plain.ndim not in (1, 2) or x.shape[1] != a_shape[0]:
             raise OperandError(f"matmul shapes {plain.shape} and {self.shape} do not align")
-        k_scale = encoding.default_scale(x)
-        enc = encoding.encode(x, k_scale, pk.max_int)
-        vals = np.empty(x.shape, dtype=object)
-        vals.reshape(-1)[:] = enc.values
-        rows = [list(vals[k]) for k in range(x.shape[0])]
-        row_l1 = max((sum(abs(v) for v in r) for r in rows), default=0)
-        bound = encoding.check_bound(self.bound * row_l1, pk.max_int, "matmul")
-        grid = self._index_grid().reshape(a_shape)
-        parts = [self._multi_exp(grid[:, m], rows, bound) for m in range(a_shape[1])]
-        out = parts[0] if len(parts) == 1 else \
-            np.stack(parts, axis=1).reshape(-1, pk.nsquare_ctx.num_limbs)     # (K, M) row-major
-        shape = (x.shape[0], a_shape[1])
+        vals, k_scale = self._encode_matrix(x, self.public_key.max_int)
+        out = self.batch.rmatmul((a_shape[0], a_shape[1]), vals)
+        shape: tuple[int, ...] = (x.shape[0], a_shape[1])
         if self.ndim == 1:
             shape = shape[:1]
         if plain.ndim == 1:
             shape = shape[1:]
-        return EncryptedArray(pk, out, shape, self.scale_bits + k_scale, bound, self.backend)
+        return EncryptedArray._wrap(out, shape, self.scale_bits + k_scale)
 
     # ---- reductions
     def sum(self, axis: int | None = None) -> "EncryptedArray":
         """Homomorphic sum over ``axis`` (all elements when None)."""
-        pk = self.public_key
         grid = self._index_grid()
+        out_shape: tuple[int, ...]
         if axis is None:
             groups = np.zeros(self.size, np.int64)
-            out_shape: tuple = ()
-            count = self.size
+            out_shape = ()
         else:
             axis = axis % self.ndim
             out_shape = self.shape[:axis] + self.shape[axis + 1:]
@@ -344,19 +332,12 @@ class EncryptedArray:
             groups = np.empty(self.size, np.int64)
             groups[grid.reshape(-1)] = np.broadcast_to(np.expand_dims(ids, axis),
                                                        self.shape).reshape(-1)
-            count = self.shape[axis]
-        bound = encoding.check_bound(self.bound * count, pk.max_int, "sum")
         g = int(np.prod(out_shape, dtype=np.int64))
-        limbs = mod_op.mont_prod_groups(self.backend, self._ctx(), self.limbs, groups, g)
-        return EncryptedArray(pk, limbs, out_shape, self.scale_bits, bound, self.backend)
+        return EncryptedArray._wrap(self.batch.sum_groups(groups, g), out_shape, self.scale_bits)
 
     def obfuscate(self) -> "EncryptedArray":
         """Re-randomise: multiply every ciphertext by a fresh encryption of zero."""
-        pk = self.public_key
-        zeros = np.zeros((self.size, pk.n_ctx.num_limbs), np.uint64)
-        fresh = encrypt_limbs(self.backend, pk, zeros)
-        limbs = base_op.mont_mul(self.backend, self._ctx(), self.limbs, fresh, checked=False)
-        return EncryptedArray(pk, limbs, self.shape, self.scale_bits, self.bound, self.backend)
+        return EncryptedArray._wrap(self.batch.obfuscate(), self.shape, self.scale_bits)
 
     def add_residues(self, residues: list[int]) -> "EncryptedArray":
         """E(v + r mod n) for each element and its r (ints, reduced mod n): c·(1 + r·n) mod n².
@@ -365,28 +346,30 @@ class EncryptedArray:
         large v is): the result is a residue, not an encoded value, so it has scale 0 and no
         meaningful bound (set to max_int, so any further arithmetic on it is refused); read it with
         :meth:`decrypt_residues`.  Not re-randomised: call :meth:`obfuscate` before sending."""
-        pk, ctx, be = self.public_key, self._ctx(), self.backend
+        pk = self.public_key
         if len(residues) != self.size:
             raise OperandError(f"{len(residues)} residues for {self.size} ciphertexts")
-        gm = to_limbs([1 + (int(r) % pk.n) * pk.n for r in residues], ctx.num_limbs)
-        limbs = base_op.to_mont(be, ctx, base_op.mont_mul(be, ctx, self.limbs, gm, checked=False))
-        return EncryptedArray(pk, limbs, self.shape, 0, pk.max_int, be)
+        # the sum is a residue, not an encoded value: no bound to grow
+        raw = CiphertextBatch(pk, self.limbs, self.backend, None)
+        masked = raw.add_plain([int(r) % pk.n for r in residues])
+        return EncryptedArray._wrap(CiphertextBatch(pk, masked.limbs, self.backend, pk.max_int),
+                                    self.shape, 0)
 
     def decrypt_residues(self, private_key: PrivateKey) -> list[int]:
         """The plaintexts as residues in [0, n), not decoded (values masked mod n look like
         overflow to :meth:`decrypt`); non-unit ciphertexts are refused as in :meth:`decrypt`."""
         if private_key.public_key != self.public_key:
             raise KeyMismatchError("this array was encrypted under another public key")
-        return from_limbs(decrypt_limbs(self.backend, private_key, self.limbs))
+        return self.batch.decrypt_residues(private_key)
 
-    def to(self, backend) -> "EncryptedArray":
+    def to(self, backend: Backend | str | None) -> "EncryptedArray":
         """The same ciphertexts, computed on from now on by another backend."""
-        return EncryptedArray(self.public_key, self.limbs, self.shape, self.scale_bits, self.bound,
-                              backend)
+        return EncryptedArray._wrap(self.batch.to(backend), self.shape, self.scale_bits)
 
 
 def histogram(values: EncryptedArray, bins: np.ndarray, num_bins: int) -> EncryptedArray:
-    """Encrypted histogram (FLASH O6, SecureBoost): out[f, b] = sum of values[i] with bins[i, f] == b.
+    """Encrypted histogram (FLASH O6, SecureBoost): out[f, b] = sum of values[i] with bins[i, f] == b,
+    i.e. prod of E(values[i]) over those i.
 
     Args:
         values: encrypted vector of length N (e.g. gradients or hessians).
@@ -403,12 +386,7 @@ def histogram(values: EncryptedArray, bins: np.ndarray, num_bins: int) -> Encryp
         raise OperandError(f"{values.size} values but {n} bin indices")
     if bins.size and (bins.min() < 0 or bins.max() >= num_bins):
         raise OperandError(f"bin indices must lie in [0, {num_bins})")
-    pk = values.public_key
-    counts = np.zeros((f, num_bins), np.int64)
-    np.add.at(counts, (np.broadcast_to(np.arange(f), (n, f)), bins), 1)
-    bound = encoding.check_bound(values.bound * int(counts.max(initial=0)), pk.max_int,
-                                 "histogram")
     groups = (np.arange(f)[None, :] * num_bins + bins).T.reshape(-1)      # feature-major
-    rows = np.tile(values.limbs, (f, 1))
-    limbs = mod_op.mont_prod_groups(values.backend, pk.nsquare_ctx, rows, groups, f * num_bins)
-    return EncryptedArray(pk, limbs, (f, num_bins), values.scale_bits, bound, values.backend)
+    rows = values.batch.take(np.tile(np.arange(n), f))
+    return EncryptedArray._wrap(rows.sum_groups(groups, f * num_bins, "histogram"),
+                                (f, num_bins), values.scale_bits)
