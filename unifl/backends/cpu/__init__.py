@@ -31,7 +31,7 @@ def _ints(a: npt.ArrayLike) -> list[Mpz]:
 class CpuBackend(Backend):
     name = "cpu"
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
-                            "mont_multi_exp", "mont_prod_groups"})
+                            "mont_multi_exp", "mont_prod_groups", "mont_inverse"})
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -45,6 +45,19 @@ class CpuBackend(Backend):
     def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         m, rinv, _ = self._rinv(ctx)
         return to_limbs([x * y % m * rinv % m for x, y in zip(_ints(a), _ints(b))], ctx.num_limbs)
+
+    def op_mont_inverse(self, ctx: MontContext, a_mont: Limbs) -> Limbs:
+        """(x^−1)·R mod m for x̄ = x·R: gmpy2's inverse of x̄ is x^−1·R^−1, and one multiplication
+        by R² mod m brings it to x^−1·R.  ValueError when some x shares a factor with m."""
+        m = gmpy2.mpz(ctx.m)
+        r2 = gmpy2.mpz(ctx.r2)
+        out = []
+        for i, x in enumerate(_ints(a_mont)):
+            try:
+                out.append(gmpy2.invert(x, m) * r2 % m)
+            except ZeroDivisionError:
+                raise ValueError(f"element #{i} shares a factor with the modulus") from None
+        return to_limbs(out, ctx.num_limbs)
 
     def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
         m = gmpy2.mpz(ctx.m)
