@@ -11,13 +11,14 @@ So each component here is FATE's own built-in (same stages, parameters, inputs a
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import unifl.fate  # noqa: F401  (registers kind "unifl")
 
 PROVIDER = "unifl"
 
 
-def _rename(builtin, name: str):
+def _rename(builtin: Any, name: str) -> Any:  # FATE's Component
     cpn = copy.copy(builtin)
     cpn.name = name
     cpn.provider = PROVIDER
@@ -26,7 +27,7 @@ def _rename(builtin, name: str):
     return cpn
 
 
-def _load(module: str, attr: str):
+def _load(module: str, attr: str) -> Any:
     import importlib
     return getattr(importlib.import_module(f"fate.components.components.{module}"), attr)
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import time
+from typing import Any, Optional
 
 import unifl.fate  # noqa: F401  (registers kind "unifl" in every spawned party process)
 
@@ -26,7 +27,7 @@ DATA = os.environ.get("UNIFL_DATA", os.path.join(os.path.dirname(os.path.dirname
                                                  "data"))
 
 
-def _job_args():
+def _job_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--algo", choices=["lr", "sbt"], required=True)
     p.add_argument("--kind", default="unifl")
@@ -40,7 +41,7 @@ def _job_args():
     return p.parse_known_args()[0]
 
 
-def _frame(ctx, role: str, dataset: str):
+def _frame(ctx: Any, role: str, dataset: str) -> tuple[Any, Any]:  # (FATE DataFrame, pandas)
     import pandas as pd
     from fate.arch.dataframe import PandasReader
     df = pd.read_csv(os.path.join(DATA, f"{dataset}_{role}.csv"))
@@ -50,8 +51,8 @@ def _frame(ctx, role: str, dataset: str):
     return reader.to_frame(ctx, df), df
 
 
-def _phe_options(args, role: str) -> dict:
-    opts = {"kind": args.kind, "key_length": args.key_length}
+def _phe_options(args: argparse.Namespace, role: str) -> dict[str, Any]:
+    opts: dict[str, Any] = {"kind": args.kind, "key_length": args.key_length}
     backends = dict(kv.split("=", 1) for kv in args.backends.split(",") if kv)
     if args.kind == "unifl" and role in backends:
         opts["backend"] = backends[role]
@@ -59,12 +60,12 @@ def _phe_options(args, role: str) -> dict:
     return opts
 
 
-def _auc(pred_df) -> float:
+def _auc(pred_df: Any) -> float:  # a pandas DataFrame
     from sklearn.metrics import roc_auc_score
     return float(roc_auc_score(pred_df["label"].astype(float), pred_df["predict_score"].astype(float)))
 
 
-def _run_lr(ctx, args, role):
+def _run_lr(ctx: Any, args: argparse.Namespace, role: str) -> Optional[dict[str, Any]]:
     from fate.ml.glm import (CoordinatedLRModuleArbiter, CoordinatedLRModuleGuest,
                              CoordinatedLRModuleHost)
     optimizer = {"method": "sgd", "penalty": "l2", "alpha": 1.0,
@@ -91,7 +92,7 @@ def _run_lr(ctx, args, role):
     return None
 
 
-def _run_sbt(ctx, args, role):
+def _run_sbt(ctx: Any, args: argparse.Namespace, role: str) -> Optional[dict[str, Any]]:
     from fate.ml.ensemble.algo.secureboost.hetero.guest import HeteroSecureBoostGuest
     from fate.ml.ensemble.algo.secureboost.hetero.host import HeteroSecureBoostHost
     data, _ = _frame(ctx, role, args.dataset)
@@ -105,7 +106,7 @@ def _run_sbt(ctx, args, role):
     return None
 
 
-def party_main(ctx) -> None:
+def party_main(ctx: Any) -> None:
     """One party's process (spawned by FATE's launcher)."""
     args = _job_args()
     role = ctx.local.role

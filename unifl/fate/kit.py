@@ -117,7 +117,7 @@ class FV:
         self.exps = _exps(exps, len(self.values))
         self.modulus = None if modulus is None else int(modulus)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[FV], tuple[tuple[int, ...], bytes, Optional[int]]]:
         return FV, (tuple(self.values), self.exps.astype(_I64).tobytes(), self.modulus)
 
     def __len__(self) -> int:
@@ -180,7 +180,7 @@ class EV:
             self._size = wire.shape[0]
         self.exps = _exps(exps, self._size)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[EV], tuple[Optional[bytes], bytes, int, Optional[int]]]:
         if self._batch is not None:     # plain residues: the wire form is independent of R
             plain = self._batch.ciphertexts()
         elif self._wire is not None:
@@ -281,7 +281,7 @@ class PK:
         self.key = _public_key(self.n)
         self.ctx = self.key.nsquare_ctx
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[PK], tuple[int]]:
         return PK, (self.n,)
 
     def __eq__(self, other: object) -> bool:
@@ -310,7 +310,7 @@ class SK:
     def __init__(self, p: int, q: int) -> None:
         self.key = paillier.PrivateKey(p, q)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[SK], tuple[int, int]]:
         return SK, (self.key.p, self.key.q)
 
     def __repr__(self) -> str:  # never shows the primes
@@ -365,7 +365,7 @@ _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.b
 class Coder:
     """Fixed-point encoder/decoder (see the module docstring); stateless."""
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Coder], tuple[()]]:
         return Coder, ()
 
     # -- vectors

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any, Optional
 
 KIND = "unifl"
 MIN_KEY_BITS = 1024
@@ -32,14 +33,14 @@ def _patch_dispatch() -> None:
         return
     orig_init, orig_setup = builder.__init__, builder.setup
 
-    def __init__(self, ctx, kind, key_length, **unifl_options):
+    def __init__(self: Any, ctx: Any, kind: str, key_length: int, **unifl_options: Any) -> None:
         orig_init(self, ctx, kind, key_length)
         unknown = set(unifl_options) - {"backend", "config"}
         if unknown:
             raise TypeError(f"unknown PHE options {sorted(unknown)} (UniFL adds 'backend', 'config')")
         self._unifl_options = unifl_options
 
-    def setup(self, options=None):
+    def setup(self: Any, options: Optional[dict[str, Any]] = None) -> Any:
         opts = dict(getattr(self, "_unifl_options", {}))
         opts.update(options or {})
         kind = opts.get("kind", self.kind)
