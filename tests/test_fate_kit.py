@@ -348,3 +348,36 @@ def test_fate_kit_refuses_received_scales_that_would_exhaust_memory(scale):
     # honest vectors still travel
     back = pickle.loads(pickle.dumps(ev))
     assert coder.decode_i64_vec(sk.decrypt_to_encoded(back)).tolist() == [1, 2]
+
+
+def test_the_key_owner_encrypts_with_the_crt_and_never_ships_its_primes(keys, monkeypatch):
+    """The PK from keygen encrypts as the key owner (one fused CRT op per batch); the same PK
+    pickled for a peer is n alone: its bytes hold neither prime, and the peer's copy encrypts
+    with the public path."""
+    from unifl.core import registry
+    sk, pk, coder = keys[0]
+    party.set_backend("native")
+    try:
+        be = registry.backend("native")
+        calls: list[str] = []
+        real_owner, real_public = be.op_paillier_encrypt_owner, be.op_paillier_encrypt
+        monkeypatch.setattr(be, "op_paillier_encrypt_owner",
+                            lambda *a: calls.append("owner") or real_owner(*a))
+        monkeypatch.setattr(be, "op_paillier_encrypt",
+                            lambda *a: calls.append("public") or real_public(*a))
+        np.testing.assert_allclose(dec(keys[0], enc(keys[0], X)).numpy(), X.numpy(), atol=1e-12)
+        assert calls == ["owner"]
+        wire = pickle.dumps(pk)
+        for prime in (sk.key.p, sk.key.q):
+            width = (prime.bit_length() + 7) // 8
+            assert prime.to_bytes(width, "little") not in wire
+            assert prime.to_bytes(width, "big") not in wire
+            assert str(prime).encode() not in wire
+        peer_pk = pickle.loads(wire)
+        assert peer_pk._owner is None
+        calls.clear()
+        ev = peer_pk.encrypt_encoded(coder.encode_tensor(X), obfuscate=True)
+        assert calls == ["public"]
+        np.testing.assert_allclose(dec(keys[0], ev).numpy(), X.numpy(), atol=1e-12)
+    finally:
+        party.set_backend(None)

@@ -276,10 +276,13 @@ class EV:
 class PK:
     """Public key n (g = n + 1).  Pickles as n alone; computes on this party's backend."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, owner: Optional[paillier.PrivateKey] = None) -> None:
         self.n = int(n)
         self.key = _public_key(self.n)
         self.ctx = self.key.nsquare_ctx
+        # The private key when this party generated the pair (keygen), so its encryptions take
+        # the key owner's CRT path.  Never pickled: a PK sent to a peer reduces to n alone.
+        self._owner = owner
 
     def __reduce__(self) -> tuple[type[PK], tuple[int]]:
         return PK, (self.n,)
@@ -297,7 +300,8 @@ class PK:
         """E(v) for each encoded value; ``obfuscate=False`` gives the deterministic 1 + m·n."""
         ints = vec.values if vec.modulus in (None, self.n) else vec.signed()
         batch = CiphertextBatch.encrypt(self.key, ints, party.current_backend(),
-                                        obfuscate=bool(obfuscate), tracked=False)
+                                        obfuscate=bool(obfuscate), tracked=False,
+                                        private_key=self._owner if obfuscate else None)
         return EV(batch, vec.exps)
 
     def encrypt_encoded_scalar(self, val: FV, obfuscate: bool) -> EV:
@@ -332,7 +336,8 @@ class SK:
 def keygen(key_size: int) -> Tuple[SK, PK, "Coder"]:
     """A fresh key pair (CSPRNG primes of key_size/2 bits each) and a coder."""
     pk, sk = paillier.keygen(int(key_size))
-    return SK(sk.p, sk.q), PK(pk.n), Coder()
+    secret = SK(sk.p, sk.q)
+    return secret, PK(pk.n, owner=secret.key), Coder()
 
 
 # ---------------------------------------------------------------------------------- coder
