@@ -42,13 +42,12 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from .. import base_op
 from ..core.backend import Backend
 from ..core.limbs import less_than
 from ..core.errors import KeyMismatchError, SerializationError, WeakKeyError
 from . import paillier, rsa
-from ._util import resolve_backend
 from .array import EncryptedArray
+from .ciphertexts import CiphertextBatch
 
 FORMAT_VERSION = 1
 FRAME_MAGIC = b"UFLC"
@@ -174,7 +173,7 @@ def array_to_bytes(arr: EncryptedArray) -> bytes:
     """Serialize an encrypted array to one frame (see the module docstring)."""
     pk = arr.public_key
     ctx = pk.nsquare_ctx
-    plain = base_op.from_mont(arr.backend, ctx, arr.limbs)
+    plain = arr.batch.ciphertexts()
     bound = arr.bound.to_bytes(max(1, (arr.bound.bit_length() + 7) // 8), "little")
     head = _HEAD.pack(FRAME_MAGIC, FRAME_VERSION, 0, bytes.fromhex(pk.fingerprint)[:16],
                       arr.scale_bits, len(arr.shape), ctx.num_limbs)
@@ -225,10 +224,8 @@ def array_from_bytes(data: bytes, public_key: paillier.PublicKey,
     if count and (not less_than(plain, ctx.m_limbs).all() or (~plain.any(axis=1)).any()):
         raise SerializationError("ciphertext frame holds values outside [1, n²)")
     # every ciphertext from outside must be a unit mod n² before anything can decrypt it
-    paillier.require_units(public_key, plain)
-    be = resolve_backend(backend)
-    return EncryptedArray(public_key, base_op.to_mont(be, ctx, plain), tuple(shape), scale, bound,
-                          be)
+    return EncryptedArray._wrap(CiphertextBatch.from_ciphertexts(public_key, plain, backend, bound),
+                                tuple(shape), scale)
 
 
 # ---------------------------------------------------------------- one pair for every object
