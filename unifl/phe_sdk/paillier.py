@@ -258,19 +258,20 @@ class PrivateKey:
         self.public_key = PublicKey(p * q)
         self.p, self.q = p, q
         self.psquare, self.qsquare = p * p, q * q
-        self.psquare_ctx = mont_context(self.psquare)
-        self.qsquare_ctx = mont_context(self.qsquare)
         n = self.public_key.n
-        # h_p = L_p(g^(p-1) mod p²)^-1 mod p with g = n + 1
-        self.hp = int(gmpy2.invert((pow(n + 1, p - 1, self.psquare) - 1) // p, p))
-        self.hq = int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q))
-        self.q_inverse = int(gmpy2.invert(q, p))
-        # Garner's constant of the key owner's CRT, x = x_p + p²·((x_q − x_p)·(p²)^-1 mod q²)
-        self.psquare_inverse = int(gmpy2.invert(self.psquare, self.qsquare))
-        # gcd(q, p−1) = gcd(p, q−1) = 1 (always for primes of equal size) lets the key owner draw
-        # obfuscation factors with half-length exponents (see paillier_encrypt_owner)
-        self.half_exponent_obfuscation = math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1
-        self._material: PaillierPrivateMaterial | None = None
+        # The CRT constants live in the key record (what backends read), computed once here.
+        self._material = PaillierPrivateMaterial(
+            public_key=self.public_key.material, p=p, q=q,
+            psquare_ctx=mont_context(self.psquare), qsquare_ctx=mont_context(self.qsquare),
+            # h_p = L_p(g^(p-1) mod p²)^-1 mod p with g = n + 1
+            hp=int(gmpy2.invert((pow(n + 1, p - 1, self.psquare) - 1) // p, p)),
+            hq=int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q)),
+            q_inverse=int(gmpy2.invert(q, p)),
+            # Garner's constant of the key owner's CRT, x = x_p + p²·((x_q − x_p)·(p²)^-1 mod q²)
+            psquare_inverse=int(gmpy2.invert(self.psquare, self.qsquare)),
+            # gcd(q, p−1) = gcd(p, q−1) = 1 (always for primes of equal size) lets the key owner
+            # draw obfuscation factors with half-length exponents (see paillier_encrypt_owner)
+            half_exponent_obfuscation=math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1)
         self._material_lock = threading.Lock()
 
     @property
@@ -280,14 +281,39 @@ class PrivateKey:
         One record per public record, made under a lock: backends key their per-key state (CRT
         tables, uploaded constants) by the record object, so two threads must not make two."""
         with self._material_lock:
-            mat = self._material
-            if mat is None or mat.public_key is not self.public_key.material:
-                mat = self._material = PaillierPrivateMaterial(
-                    public_key=self.public_key.material, p=self.p, q=self.q,
-                    psquare_ctx=self.psquare_ctx, qsquare_ctx=self.qsquare_ctx, hp=self.hp,
-                    hq=self.hq, q_inverse=self.q_inverse, psquare_inverse=self.psquare_inverse,
-                    half_exponent_obfuscation=self.half_exponent_obfuscation)
-            return mat
+            if self._material.public_key is not self.public_key.material:
+                self._material = dataclasses.replace(self._material,
+                                                     public_key=self.public_key.material)
+            return self._material
+
+    # the CRT constants, read from the record (one copy of each)
+    @property
+    def psquare_ctx(self) -> MontContext:
+        return self._material.psquare_ctx
+
+    @property
+    def qsquare_ctx(self) -> MontContext:
+        return self._material.qsquare_ctx
+
+    @property
+    def hp(self) -> int:
+        return self._material.hp
+
+    @property
+    def hq(self) -> int:
+        return self._material.hq
+
+    @property
+    def q_inverse(self) -> int:
+        return self._material.q_inverse
+
+    @property
+    def psquare_inverse(self) -> int:
+        return self._material.psquare_inverse
+
+    @property
+    def half_exponent_obfuscation(self) -> bool:
+        return self._material.half_exponent_obfuscation
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<paillier.PrivateKey for {self.public_key!r}>"
