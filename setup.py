@@ -75,7 +75,8 @@ def _hook(module: ModuleType, name: str):
 
 ext_modules = []
 package_data = ["configs/*.yaml", "app/transport/*.proto", "app/data/*"]
-extras_require = {"test": ["pytest", "hypothesis", "phe"]}
+# ray: executor: ray (unifl.scheduler.ray), a party's batches on its own Ray cluster
+extras_require = {"test": ["pytest", "hypothesis", "phe"], "ray": ["ray==2.60.0"]}
 for ctx, step in BUILD_STEPS:
     if _hook(step, "extensions"):
         ext_modules += step.extensions(ctx)

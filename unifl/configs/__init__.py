@@ -3,7 +3,7 @@ YAML is validated by ``unifl.app.params`` with the algorithms it names.  Example
 backend ship beside this module (``example_path('host_qat')``)."""
 
 from .load import EXAMPLES_DIR, example_path, load_party, read_yaml, resolve, validate
-from .schema import ROLES, NetworkSection, PartyConfig, TlsSection, backend_names
+from .schema import ROLES, NetworkSection, PartyConfig, RaySection, TlsSection, backend_names
 
-__all__ = ["PartyConfig", "NetworkSection", "TlsSection", "load_party", "read_yaml",
+__all__ = ["PartyConfig", "NetworkSection", "RaySection", "TlsSection", "load_party", "read_yaml",
            "validate", "resolve", "example_path", "EXAMPLES_DIR", "ROLES", "backend_names"]

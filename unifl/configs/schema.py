@@ -158,6 +158,64 @@ class NetworkSection(_Section):
                 "Configure network.tls (mutual TLS) for real data.")
 
 
+class RaySection(_Section):
+    """This party's own Ray cluster (``executor: ray``): its batches are split over ``workers`` Ray
+    actors, each holding its own instance of ``backend`` (with its own fallback chain), so device
+    state stays on the worker; only the batches and, once per key, the key records cross the
+    cluster's network.  Each party has a cluster of its own: parties never share one.
+
+    ``address``: null starts a local Ray instance for this process; ``auto`` joins the cluster this
+    machine is a node of (``ray start`` ran here); ``HOST:PORT`` is the head node's GCS address.
+    ``private_key_ops``: where the ops that take this party's private key run
+    (:data:`unifl.core.contract.SECRET_OPS`: key-owner encryption, decryption, secret-exponent
+    ModExps) -- ``local`` (the default) keeps p and q in this process, on the party's own
+    ``backend``/``fallback`` chain; ``workers`` ships them to the actors too, which is only as safe
+    as the cluster's nodes and links (docs/scale.md: Ray's TLS)."""
+    address: Optional[str] = None
+    workers: int = Field(2, ge=1, le=4096)
+    backend: Optional[str] = None           # what each worker runs; null: the party's backend
+    fallback: Optional[list[str]] = None    # each worker's chain after it; null: the party's
+    resources_per_worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0})
+    start_timeout_s: float = Field(60.0, gt=0, le=3600)
+    private_key_ops: Literal["local", "workers"] = "local"
+    #: a batch of fewer rows runs in the party's process (a round trip to a worker would cost more
+    #: than it saves), and no worker gets a piece of fewer rows
+    min_rows: int = Field(32, ge=1)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: Optional[str]) -> Optional[str]:
+        if v is None or v == "auto":
+            return v
+        try:
+            return _check_addr(v)
+        except ValueError:
+            raise ValueError(f"ray.address {v!r} must be null (a local Ray instance), 'auto' "
+                             "(the cluster this node joined) or HOST:PORT of the head node"
+                             ) from None
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else _check_backend(v, allow_auto=False)
+
+    @field_validator("fallback")
+    @classmethod
+    def _fallback(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        for name in v or []:
+            _check_backend(name, allow_auto=False)
+        return v
+
+    @field_validator("resources_per_worker")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if not name or amount < 0 or amount != amount:
+                raise ValueError(f"ray.resources_per_worker.{name}: a resource amount must be a "
+                                 f"non-negative number, got {amount!r}")
+        return v
+
+
 #: a device entry: a scalar for the backend's selector, or a mapping of options (strict scalars:
 #: ``true`` or ``1.0`` must not quietly become device 1)
 DeviceEntry = Union[StrictInt, StrictStr, dict[str, Any]]
@@ -200,7 +258,8 @@ class PartyConfig(_Section):
     backend: str = Field(default_factory=lambda: registry.DEFAULT_CHAIN[0])
     fallback: list[str] = Field(default_factory=lambda: list(registry.DEFAULT_CHAIN))
     devices: Union[Literal["all"], list[DeviceEntry]] = "all"
-    executor: Literal["threads", "serial"] = "threads"
+    executor: Literal["threads", "serial", "ray"] = "threads"
+    ray: Optional[RaySection] = None
     key_bits: int = Field(2048, ge=1024, le=8192)
     encoding: EncodingSection = Field(default_factory=lambda: EncodingSection.model_validate({}))
     network: NetworkSection = Field(default_factory=lambda: NetworkSection.model_validate({}))
@@ -322,6 +381,16 @@ class PartyConfig(_Section):
     def _peers_are_others(self) -> "PartyConfig":
         if self.party in self.network.peers:
             raise ValueError(f"network.peers lists this party's own role {self.party!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _ray_section_needs_ray(self) -> "PartyConfig":
+        # a section that would be silently ignored is a mistake, not a setting
+        if self.ray is not None and self.executor != "ray":
+            raise ValueError(f"ray: the section is given but executor is {self.executor!r}; set "
+                             "executor: ray to run on the cluster, or remove the section")
+        if self.executor == "ray" and self.ray is None:
+            object.__setattr__(self, "ray", RaySection.model_validate({}))
         return self
 
     def backend_options(self, name: str) -> dict[str, Any]:

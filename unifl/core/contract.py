@@ -15,7 +15,7 @@ The fused Paillier ops take the plain key records of :mod:`unifl.core.keys`.
 from __future__ import annotations
 
 import inspect
-from typing import Protocol, Union
+from typing import Any, Protocol, Union
 
 import numpy as np
 
@@ -115,6 +115,40 @@ SIGNATURES: dict[str, inspect.Signature] = {
 
 #: every op name of the contract
 OPS: tuple[str, ...] = tuple(SIGNATURES)
+
+#: the ops whose arguments are secrets of a key owner: a private key record (p, q and the CRT
+#: constants, every op with a :class:`~unifl.core.keys.PaillierPrivateMaterial` parameter) or a
+#: secret exponent, whose modulus may be secret too (``mod_exp_secret`` with p − 1 modulo p²,
+#: RSA's d modulo p).  Whatever runs one of them holds the key, so an executor that ships work
+#: out of the party's process keeps these in the process unless the party says otherwise.
+SECRET_OPS: frozenset[str] = frozenset(
+    {op for op, sig in SIGNATURES.items()
+     if any("PaillierPrivateMaterial" in str(p.annotation) for p in sig.parameters.values())}
+    | {"mod_exp_secret"})
+
+
+def define_ops(cls: type, route: str, doc: str) -> None:
+    """Give ``cls`` one ``op_<name>`` method per op of the contract, with the op's signature, that
+    binds its arguments and calls ``self.<route>(name, args)``: the op methods of a wrapper
+    (counting, splitting, forwarding) generated from the contract, so an op added to it reaches
+    every wrapper without editing any.  ``doc`` is appended to each op's one-line meaning."""
+    for op in OPS:
+        setattr(cls, f"op_{op}", _route_method(cls.__name__, op, route, doc))
+
+
+def _route_method(owner: str, op: str, route: str, doc: str) -> Any:
+    sig = SIGNATURES[op]
+    arity = len(sig.parameters) - 1      # without self
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity:
+            args = tuple(sig.bind(self, *args, **kwargs).args[1:])
+        return getattr(self, route)(op, args)
+    method.__name__ = f"op_{op}"
+    method.__qualname__ = f"{owner}.op_{op}"
+    method.__doc__ = f"{describe(op)}  {doc}"
+    method.__signature__ = sig  # type: ignore[attr-defined]
+    return method
 
 
 def describe(op: str) -> str:

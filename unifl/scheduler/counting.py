@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from ..core.backend import OPS, Backend
-from ..core.contract import SIGNATURES, describe as describe_op
+from ..core.contract import define_ops
 from .fallback import ChainMember, batch_elements, is_device_failure, own_batch_of
 
 __all__ = ["CountingBackend", "Counters", "batch_elements", "stand_in_of"]
@@ -134,23 +134,5 @@ class CountingBackend(ChainMember):
         return getattr(self.inner, item)
 
 
-def _counted(op: str) -> Callable[..., Any]:
-    """The wrapper's ``op_<op>``: the op of the contract, with its signature, counted and timed."""
-    sig = SIGNATURES[op]
-    arity = len(sig.parameters) - 1      # without self
-
-    def method(self: CountingBackend, *args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) != arity:
-            bound = sig.bind(self, *args, **kwargs)
-            args = tuple(bound.args[1:])
-        return self._run(op, args)
-    method.__name__ = f"op_{op}"
-    method.__qualname__ = f"CountingBackend.op_{op}"
-    method.__doc__ = f"The wrapped backend's {describe_op(op)}  Counted and timed."
-    method.__signature__ = sig  # type: ignore[attr-defined]
-    return method
-
-
 # one forwarder per op of the contract, so an op added to OPS is counted without editing this file
-for _op in OPS:
-    setattr(CountingBackend, f"op_{_op}", _counted(_op))
+define_ops(CountingBackend, "_run", "The wrapped backend's op, counted and timed.")

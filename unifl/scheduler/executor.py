@@ -1,7 +1,6 @@
 """Executors run the pieces of a split batch, one per device, and return their results in order.
 
-The interface is deliberately tiny so that a cluster engine (Ray) can replace the thread pool later
-without touching the splitting logic: ``map(fn, items)`` returns ``[fn(x) for x in items]``, in the
+The interface is deliberately tiny: ``map(fn, items)`` returns ``[fn(x) for x in items]``, in the
 order of ``items``, however the calls were run.  A failure in any piece is raised to the caller.
 """
 
@@ -73,4 +72,5 @@ def make_executor(kind: str, workers: int) -> Executor:
     if kind == "threads":
         return ThreadExecutor(workers)
     from ..core.errors import ConfigError
-    raise ConfigError(f"executor must be 'threads' or 'serial', got {kind!r}")
+    raise ConfigError(f"executor must be 'threads' or 'serial' here, got {kind!r} ('ray' runs "
+                      "the devices of a cluster: unifl.scheduler.assemble)")

@@ -49,6 +49,7 @@ unchanged and retires nothing.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, Union
@@ -56,10 +57,12 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from ..core.backend import OPS, Backend
-from ..core.contract import SIGNATURES, describe as describe_op
+from ..core.contract import SIGNATURES, define_ops, describe as describe_op
 from ..core.errors import BackendUnavailable, OperandError
 from .executor import Executor, SerialExecutor
-from .fallback import ChainMember, is_device_failure, own_batch_of
+from .fallback import ChainMember, is_device_failure, label, own_batch_of
+
+log = logging.getLogger("unifl.scheduler")
 
 __all__ = ["MultiDeviceBackend", "SPLITS", "Rows", "MultiExp", "ProdGroups", "Split"]
 
@@ -229,10 +232,18 @@ class MultiDeviceBackend(ChainMember):
     bit-identical."""
 
     def __init__(self, members: Sequence[Backend], executor: Executor | None = None,
-                 weights: Sequence[float] | None = None, min_rows: int = 8) -> None:
+                 weights: Sequence[float] | None = None, min_rows: int = 8,
+                 failover: str = "chain") -> None:
         super().__init__()
         if not members:
             raise ValueError("MultiDeviceBackend needs at least one member")
+        if failover not in ("chain", "members"):
+            raise ValueError(f"failover must be 'chain' or 'members', got {failover!r}")
+        #: where the piece of a failed member is re-run: "chain", the next backend of the party's
+        #: fallback chain (devices of different kinds: the others are busy with their own pieces);
+        #: "members", a surviving member first (interchangeable workers of one cluster), the chain
+        #: only once none is left
+        self.failover = failover
         self.members = list(members)
         self.executor = executor or SerialExecutor()
         w = list(weights) if weights is not None else [1.0] * len(self.members)
@@ -315,23 +326,48 @@ class MultiDeviceBackend(ChainMember):
             return _PieceFailed(i, args, exc)
 
     def _settle(self, op: str, results: list) -> list:
-        """Failed pieces re-run once each on the fallback (in the calling thread, after every piece
-        came back, so a completed piece is never recomputed); their devices are retired, and the
-        whole backend when none is left."""
+        """Failed pieces re-run once each (in the calling thread, after every piece came back, so a
+        completed piece is never recomputed) on a surviving member (``failover="members"``) or the
+        fallback chain; their devices are retired, and the whole backend when none is left."""
         out = list(results)
-        chain = self.chain
         for k, res in enumerate(results):
-            if not isinstance(res, _PieceFailed):
-                continue
-            assert chain is not None    # a _PieceFailed exists only when a chain is attached
-            with self._lock:
-                self._dead.add(res.member)
-                whole = len(self._dead) == len(self.members)
-            out[k] = chain.rerun(self.chain_pos, op, res.args, res.exc,
-                                 self.members[res.member], scope="piece")
-            if whole:
-                chain.retire(self.chain_pos)
+            if isinstance(res, _PieceFailed):
+                out[k] = self._recover(op, res)
         return out
+
+    def _recover(self, op: str, failed: _PieceFailed) -> Any:
+        """The result of a failed piece: re-run on the least-loaded surviving member while
+        ``failover`` is "members" and one is left (a member failing the re-run is retired in
+        turn), else on the next backend of the fallback chain."""
+        chain = self.chain
+        assert chain is not None    # a _PieceFailed exists only when a chain is attached
+        while True:
+            with self._lock:
+                self._dead.add(failed.member)
+                live = [i for i in range(len(self.members)) if i not in self._dead]
+                whole = not live
+                target = min(live, key=lambda i: (self._load[i], i)) if live else None
+            if self.failover == "members":
+                self._say_retired(failed, len(live))
+            if self.failover != "members" or target is None:
+                out = chain.rerun(self.chain_pos, op, failed.args, failed.exc,
+                                  self.members[failed.member], scope="piece")
+                if whole:
+                    chain.retire(self.chain_pos)
+                return out
+            chain.note(op, failed.args, failed.exc, self.members[failed.member],
+                       self.members[target], scope="piece")
+            res = self._call_member(target, op, failed.args)
+            if not isinstance(res, _PieceFailed):
+                return res
+            failed = res
+
+    def _say_retired(self, failed: _PieceFailed, left: int) -> None:
+        """Log that member ``failed.member`` is out for the rest of the job, and what is left."""
+        name, dev = label(self.members[failed.member])
+        log.warning("%s (%s) failed (%s: %s) and is not used again in this job; %d of %d "
+                    "devices left", name, dev, type(failed.exc).__name__, failed.exc, left,
+                    len(self.members))
 
     def _run_pieces(self, op: str, pieces: list[Piece],
                     piece_args: Callable[[int, int], tuple]) -> list:
@@ -387,24 +423,5 @@ class MultiDeviceBackend(ChainMember):
         self._close_chain()
 
 
-def _split_method(op: str) -> Callable[..., Any]:
-    """``op_<op>`` of the multi backend: the op of the contract, with its signature, split across
-    the members by its rule of :data:`SPLITS`."""
-    sig = SIGNATURES[op]
-    arity = len(sig.parameters) - 1      # without self
-
-    def method(self: MultiDeviceBackend, *args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) != arity:
-            args = tuple(sig.bind(self, *args, **kwargs).args[1:])
-        return self._split(op, args)
-    method.__name__ = f"op_{op}"
-    method.__qualname__ = f"MultiDeviceBackend.op_{op}"
-    method.__doc__ = (f"{describe_op(op)}  Split across the members: {SPLITS[op]!r} "
-                      "(see :data:`SPLITS`).")
-    method.__signature__ = sig  # type: ignore[attr-defined]
-    return method
-
-
-# one method per op of the contract, from the table: nothing here is written per op
-for _op in OPS:
-    setattr(MultiDeviceBackend, f"op_{_op}", _split_method(_op))
+# one method per op of the contract, split by its rule of SPLITS: nothing here is written per op
+define_ops(MultiDeviceBackend, "_split", "Split across the members by its rule of :data:`SPLITS`.")

@@ -134,8 +134,11 @@ def _start_fallback(cfg: PartyConfig, name: str) -> CountingBackend:
     return CountingBackend(inst, device=", ".join(inst.devices) or b)
 
 
-def backend_from_config(cfg: PartyConfig) -> ChainMember:
-    """The Backend for party config ``cfg`` (a :class:`unifl.configs.PartyConfig`).
+def local_chain(cfg: PartyConfig) -> ChainMember:
+    """The Backend for party config ``cfg`` (a :class:`unifl.configs.PartyConfig`) in this process:
+    its devices here, split by the ``threads`` or ``serial`` executor (``executor: ray`` is
+    :func:`unifl.scheduler.assemble.backend_from_config`'s business, which uses this for the chain
+    each Ray worker and the party's own process hold).
 
     The result counts and times every op per backend and device (``.report()``), and says what was
     chosen and why in ``.selection``: requested, chosen, fallback_events [{backend, reason}],

@@ -1,0 +1,34 @@
+"""The entry point from a party's config to the Backend it computes on.
+
+``executor: threads`` or ``serial``: the party's devices in this process
+(:func:`unifl.scheduler.select.local_chain`).  ``executor: ray``: the party's batches split over the
+worker actors of its own Ray cluster, with the chain of this process for the private-key ops and as
+the last resort (:mod:`unifl.scheduler.ray`).  Ray is imported only for the latter, so a party that
+does not use it needs neither the package nor the import time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .fallback import ChainMember
+from .select import local_chain
+
+if TYPE_CHECKING:
+    from ..configs import PartyConfig
+
+
+def backend_from_config(cfg: PartyConfig) -> ChainMember:
+    """The Backend for party config ``cfg``; it counts and times every op per backend and device
+    (``.report()``) and says what was chosen and why (``.selection``: requested, chosen,
+    fallback_events, ranking, devices, runtime_fallbacks; with Ray also ``ray``: the cluster, the
+    workers and the nodes they run on).
+
+    Raises:
+        ConfigError: a mistake in the config (for Ray also: no cluster at the address).
+        BackendUnavailable: no backend of the chain could start (for Ray: no worker could).
+    """
+    if cfg.executor == "ray":
+        from .ray import ray_backend
+        return ray_backend(cfg)
+    return local_chain(cfg)

@@ -1,0 +1,163 @@
+"""This process's connection to the party's Ray cluster: joined (or started) once, shared by every
+Ray backend of the process, closed when the last one closes.
+
+A party is one Ray *driver* of its own cluster.  Ray lets a process be the driver of one cluster at
+a time, so a second config naming another cluster is a ConfigError, never a silent reuse of the
+first.  Connecting is bounded in time: an address where nothing listens fails within the party's
+``start_timeout_s`` (a TCP probe of the head's GCS port first, then ``ray.init`` in a thread), with
+the address and the reason.
+
+Ray's usage statistics are off unless the party's environment says otherwise
+(``RAY_USAGE_STATS_ENABLED``): a bank's cluster should not report to anyone by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ...core.errors import BackendUnavailable, ConfigError
+
+log = logging.getLogger("unifl.scheduler.ray")
+
+#: the tested Ray release (``pip install 'unifl[ray]'`` pins it)
+RAY_VERSION = "2.60.0"
+
+
+def import_ray() -> ModuleType:
+    """The ``ray`` module, or BackendUnavailable saying how to install it."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendUnavailable(f"executor: ray needs Ray, which is not installed here ({exc}); "
+                                 f"pip install 'unifl[ray]' (ray=={RAY_VERSION})") from None
+    return ray
+
+
+@dataclass
+class Connection:
+    """What this process is connected to: ``address`` as the config said it (None: a local
+    instance started here), the GCS address Ray reports, and how many backends use it."""
+
+    address: str | None
+    gcs_address: str
+    owned: bool                  # True when this module called ray.init (and so may shut it down)
+    users: int = 0
+
+
+_current: Connection | None = None
+_guard = threading.Lock()
+
+
+def _probe(address: str, timeout: float) -> None:
+    """ConfigError unless something accepts TCP connections at ``HOST:PORT`` within ``timeout``."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"ray.address {address}: no Ray cluster answers there "
+                          f"({type(exc).__name__}: {exc}); on the party's head node run "
+                          f"`ray start --head --port={port}` and let the workers join it") from None
+
+
+class _NoSignalHandlerNote(logging.Filter):
+    """Drops Ray's note that it installs no SIGTERM handler off the main thread: the party's own
+    shutdown closes the connection (release), so the note would only alarm."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+logging.getLogger("ray._private.worker").addFilter(_NoSignalHandlerNote())
+
+
+def _init_bounded(ray: ModuleType, timeout: float, where: str, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` given at most ``timeout`` seconds (in a thread: Ray's own wait for an
+    unresponsive GCS has no bound we can set); ConfigError naming ``where``."""
+    box: dict[str, BaseException] = {}
+
+    def go() -> None:
+        try:
+            ray.init(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["exc"] = exc
+    t = threading.Thread(target=go, name="unifl-ray-init", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise ConfigError(f"ray.address {where}: no answer from a Ray cluster within {timeout:g} s "
+                          "(ray.start_timeout_s)")
+    exc = box.get("exc")
+    if isinstance(exc, (ConnectionError, RuntimeError, ValueError, OSError)):
+        raise ConfigError(f"ray.address {where}: cannot join a Ray cluster there: "
+                          f"{type(exc).__name__}: {exc}") from None
+    if exc is not None:
+        raise exc
+
+
+def connect(address: str | None, timeout: float) -> Connection:
+    """Join the party's cluster at ``address`` (``"auto"``, ``HOST:PORT``) or start a local Ray
+    instance (None); reuse the connection this process already has to the same cluster.
+
+    Raises:
+        BackendUnavailable: Ray is not installed.
+        ConfigError: nothing answers at the address within ``timeout`` seconds, or this process
+            is already the driver of another cluster.
+    """
+    global _current
+    ray = import_ray()
+    with _guard:
+        cur = _current
+        if cur is None and ray.is_initialized():
+            # the embedding program connected before us: use its cluster, never shut it down
+            cur = Connection(address=address, gcs_address=_gcs(ray), owned=False)
+        if cur is not None and ray.is_initialized():
+            same = (address == cur.address or address == "auto"
+                    or (address is not None and address == cur.gcs_address))
+            if not same:
+                raise ConfigError(
+                    f"ray.address {address or 'null (a local instance)'}: this process is already "
+                    f"the driver of the Ray cluster at {cur.gcs_address}; a process belongs to "
+                    "one cluster, and each party has its own")
+            cur.users += 1
+            _current = cur
+            return cur
+        common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
+                                  "namespace": "unifl"}
+        if address is None:
+            _init_bounded(ray, timeout, "null (a local instance)", include_dashboard=False,
+                          **common)
+        elif address == "auto":
+            _init_bounded(ray, timeout, "auto", address="auto", **common)
+        else:
+            _probe(address, min(timeout, 10.0))
+            _init_bounded(ray, timeout, address, address=address, **common)
+        _current = Connection(address=address, gcs_address=_gcs(ray), owned=True, users=1)
+        log.info("joined the Ray cluster at %s", _current.gcs_address)
+        return _current
+
+
+def release(conn: Connection) -> None:
+    """One backend less on ``conn``; the last one disconnects (a local instance stops)."""
+    global _current
+    with _guard:
+        conn.users -= 1
+        if conn.users > 0 or _current is not conn:
+            return
+        _current = None
+        if conn.owned:
+            import_ray().shutdown()
+
+
+def _gcs(ray: ModuleType) -> str:
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # noqa: BLE001 - for messages only
+        return "?"
