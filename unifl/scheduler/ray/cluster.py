@@ -49,6 +49,8 @@ class Connection:
     gcs_address: str
     owned: bool                  # True when this module called ray.init (and so may shut it down)
     users: int = 0
+    #: set when the connection ends: lets the thread that started a local instance finish
+    keep: threading.Event | None = None
 
 
 _current: Connection | None = None
@@ -78,20 +80,28 @@ class _NoSignalHandlerNote(logging.Filter):
 logging.getLogger("ray._private.worker").addFilter(_NoSignalHandlerNote())
 
 
-def _init_bounded(ray: ModuleType, timeout: float, where: str, **kwargs: Any) -> None:
+def _init_bounded(ray: ModuleType, timeout: float, where: str, keep: threading.Event | None,
+                  **kwargs: Any) -> None:
     """``ray.init(**kwargs)`` given at most ``timeout`` seconds (in a thread: Ray's own wait for an
-    unresponsive GCS has no bound we can set); ConfigError naming ``where``."""
+    unresponsive GCS has no bound we can set); ConfigError naming ``where``.
+
+    ``keep``: for a local instance, the thread stays until the event is set.  Ray starts the
+    instance's processes (GCS, raylet, workers) with a parent-death signal, which Linux delivers
+    when the *thread* that started them ends -- so that thread must live as long as the instance."""
     box: dict[str, BaseException] = {}
+    done = threading.Event()
 
     def go() -> None:
         try:
             ray.init(**kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller below
             box["exc"] = exc
+        done.set()
+        if keep is not None and "exc" not in box:
+            keep.wait()
     t = threading.Thread(target=go, name="unifl-ray-init", daemon=True)
     t.start()
-    t.join(timeout)
-    if t.is_alive():
+    if not done.wait(timeout):
         raise ConfigError(f"ray.address {where}: no answer from a Ray cluster within {timeout:g} s "
                           "(ray.start_timeout_s)")
     exc = box.get("exc")
@@ -131,15 +141,17 @@ def connect(address: str | None, timeout: float) -> Connection:
             return cur
         common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
                                   "namespace": "unifl"}
+        keep = threading.Event() if address is None else None
         if address is None:
-            _init_bounded(ray, timeout, "null (a local instance)", include_dashboard=False,
+            _init_bounded(ray, timeout, "null (a local instance)", keep, include_dashboard=False,
                           **common)
         elif address == "auto":
-            _init_bounded(ray, timeout, "auto", address="auto", **common)
+            _init_bounded(ray, timeout, "auto", None, address="auto", **common)
         else:
             _probe(address, min(timeout, 10.0))
-            _init_bounded(ray, timeout, address, address=address, **common)
-        _current = Connection(address=address, gcs_address=_gcs(ray), owned=True, users=1)
+            _init_bounded(ray, timeout, address, None, address=address, **common)
+        _current = Connection(address=address, gcs_address=_gcs(ray), owned=True, users=1,
+                              keep=keep)
         log.info("joined the Ray cluster at %s", _current.gcs_address)
         return _current
 
@@ -154,6 +166,8 @@ def release(conn: Connection) -> None:
         _current = None
         if conn.owned:
             import_ray().shutdown()
+        if conn.keep is not None:
+            conn.keep.set()
 
 
 def _gcs(ray: ModuleType) -> str:

@@ -1,0 +1,177 @@
+"""The Ray executor's overhead: a party's batches on 2 Ray worker actors against native threads in
+the party's own process, on the same cores, in ONE run with the rows interleaved (repetition k of
+every row before repetition k+1 of any), so the ratio compares the two under the same load.
+
+    python bench/bench_ray.py [--n 20000] [--k 10] [--bits 2048] [--reps 2] [--json F]
+
+Rows (2048-bit key, n values):
+
+* ``encrypt (public key)``   ``op_paillier_encrypt``: (1 + m·n)·r^n mod n², r drawn beforehand;
+* ``encrypt (key owner)``    ``op_paillier_encrypt_owner`` (CRT halves; shipped to the workers with
+                             ``ray.private_key_ops: workers``);
+* ``matmul k x n``           X @ E(a) through the SDK (``EncryptedArray``): a k-output
+                             multi-exponentiation over n ciphertexts, X integers of 24 bits.
+
+Each row runs on (a) ``native`` with 2 threads in this process and (b) ``executor: ray`` with a
+local Ray instance (``address: null``) of 2 workers, each ``native`` with 1 thread.  Both give the
+same ciphertexts (checked).  For the scale model of docs/scale.md it records, per row, the bytes
+that cross to and from the workers per piece and the seconds a piece spends in the worker's op
+against the seconds the party waits for it (the difference is the executor's cost: serialising,
+the object store, scheduling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # the loopback only
+
+import unifl  # noqa: E402
+from unifl.configs import PartyConfig  # noqa: E402
+from unifl.core.limbs import to_limbs  # noqa: E402
+from unifl.scheduler import backend_from_config  # noqa: E402
+
+
+def configs(workers: int) -> dict[str, PartyConfig]:
+    threads = PartyConfig.model_validate({"party": "guest", "backend": "native",
+                                          "fallback": ["cpu"], "native": {"threads": workers}})
+    on_ray = PartyConfig.model_validate({
+        "party": "guest", "backend": "native", "fallback": ["cpu"], "native": {"threads": 1},
+        "executor": "ray", "ray": {"address": None, "workers": workers,
+                                   "private_key_ops": "workers", "start_timeout_s": 120}})
+    return {"threads": threads, "ray": on_ray}
+
+
+def _nbytes(args: tuple) -> int:
+    return sum(int(a.nbytes) for a in args if isinstance(a, np.ndarray))
+
+
+def workloads(bits: int, n: int, k: int) -> dict[str, Callable[[Any], tuple[Any, int, int]]]:
+    """name -> run(backend) returning (result to compare, elements, bytes shipped per batch)."""
+    pk, sk = unifl.keygen(bits)
+    m = pk.n_ctx.to_limbs([secrets.randbelow(pk.n) for _ in range(n)])
+    r = pk.n_ctx.to_limbs([secrets.randbelow(pk.n - 1) + 1 for _ in range(n)])
+    mat = sk.material
+    yp = to_limbs([secrets.randbelow(mat.p - 1) + 1 for _ in range(n)], mat.p_limbs)
+    yq = to_limbs([secrets.randbelow(mat.q - 1) + 1 for _ in range(n)], mat.q_limbs)
+    a = np.array([secrets.randbelow(2**24) - 2**23 for _ in range(n)], dtype=np.int64)
+    x = np.array([[secrets.randbelow(2**24) - 2**23 for _ in range(n)] for _ in range(k)],
+                 dtype=np.int64)
+    enc_a = unifl.EncryptedArray.encrypt(pk, a, backend="native", private_key=sk)
+    c_bytes = n * mat.public_key.nsquare_ctx.num_limbs * 8
+
+    def public(be: Any) -> tuple[Any, int, int]:
+        return be.op_paillier_encrypt(pk.material, m, r), n, _nbytes((m, r)) + c_bytes
+
+    def owner(be: Any) -> tuple[Any, int, int]:
+        return be.op_paillier_encrypt_owner(mat, m, yp, yq), n, _nbytes((m, yp, yq)) + c_bytes
+
+    def matmul(be: Any) -> tuple[Any, int, int]:
+        out = x @ _on(enc_a, be)
+        # bases to every worker (split over K) + exponents + the k results back
+        return out.batch.ciphertexts(), k * n, c_bytes * 2 + x.nbytes * 4 + k * c_bytes // n
+
+    return {"encrypt (public key)": public, "encrypt (key owner)": owner,
+            f"matmul {k} x {n}": matmul}
+
+
+def _on(arr: Any, be: Any) -> Any:
+    """``arr`` computing on ``be`` (an array computes on the backend its batch was made with)."""
+    from unifl.phe_sdk.array import EncryptedArray
+    from unifl.phe_sdk.ciphertexts import CiphertextBatch
+    b = arr.batch
+    return EncryptedArray._wrap(CiphertextBatch(b.public_key, b.limbs, be, b.bound), arr.shape,
+                                arr.scale_bits)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--bits", type=int, default=2048)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    print(f"preparing {args.bits}-bit key and {args.n} values ...", flush=True)
+    work = workloads(args.bits, args.n, args.k)
+    cfgs = configs(args.workers)
+    t0 = time.perf_counter()
+    backends = {name: backend_from_config(cfg) for name, cfg in cfgs.items()}
+    print(f"backends up in {time.perf_counter() - t0:.1f} s: "
+          + "; ".join(f"{k}: {b.describe()}" for k, b in backends.items()), flush=True)
+    best: dict[tuple[str, str], float] = {}
+    pieces: dict[str, dict[str, Any]] = {}
+    results: dict[str, Any] = {}
+    try:
+        for rep in range(args.reps):
+            for row, run in work.items():
+                for name, be in backends.items():
+                    be.reset_counters()
+                    busy0 = _busy(be)
+                    t = time.perf_counter()
+                    out, elements, shipped = run(be)
+                    secs = time.perf_counter() - t
+                    rate = elements / secs
+                    best[(row, name)] = max(best.get((row, name), 0.0), rate)
+                    key = row
+                    if key in results and name == "ray":
+                        if not np.array_equal(np.asarray(results[key]), np.asarray(out)):
+                            sys.exit(f"{row}: the Ray executor's result differs from threads")
+                    elif name == "threads":
+                        results[key] = out
+                    if name == "ray":
+                        pieces[row] = piece_figures(be, secs, shipped, _busy(be) - busy0)
+                    print(f"  rep {rep + 1}/{args.reps}  {row:24s} {name:8s} {secs:8.2f} s  "
+                          f"{rate:10.1f} /s", flush=True)
+    finally:
+        for be in backends.values():
+            be.close()
+    print(f"\n{'row':26s} {'threads /s':>12s} {'ray /s':>12s} {'ray/threads':>12s}")
+    summary = []
+    for row in work:
+        th, ry = best[(row, "threads")], best[(row, "ray")]
+        print(f"{row:26s} {th:12.1f} {ry:12.1f} {ry / th:12.3f}")
+        summary.append({"row": row, "threads_per_s": th, "ray_per_s": ry, "ratio": ry / th,
+                        **pieces.get(row, {})})
+    out = {"bits": args.bits, "n": args.n, "k": args.k, "workers": args.workers,
+           "cores": os.cpu_count(), "rows": summary,
+           "threads": "native, 2 threads, in the party's process",
+           "ray": "executor: ray, local instance, 2 workers x native 1 thread"}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+def _busy(be: Any) -> float:
+    """Seconds the Ray workers have spent in ops so far (0 for an in-process backend)."""
+    proxies = getattr(be, "proxies", None)
+    if not proxies:
+        return 0.0
+    import ray
+    return float(sum(ray.get(p.actor.stats.remote())["busy_seconds"] for p in proxies))
+
+
+def piece_figures(be: Any, wall: float, shipped: int, busy: float) -> dict[str, Any]:
+    """Per piece of the last batch: elements, seconds the party waited, seconds in the worker's
+    op, and the bytes of the batch that crossed (in and out)."""
+    rows = [r for r in be.report() if r["device"].startswith("ray worker")]
+    calls = sum(r["calls"] for r in rows) or 1
+    return {"pieces": calls, "wall_s": wall, "worker_busy_s": busy,
+            "party_wait_s": sum(r["seconds"] for r in rows),
+            "bytes_per_batch": shipped, "bytes_per_piece": shipped // max(1, calls)}
+
+
+if __name__ == "__main__":
+    main()
