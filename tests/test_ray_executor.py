@@ -160,6 +160,21 @@ def test_contexts_and_keys_cross_once_per_worker(ray_be):
     assert [s["shared_fetched"] for s in stats] == [1, 1]
 
 
+def test_an_array_every_piece_needs_is_put_in_the_store_once(ray_be):
+    """A multi-exponentiation split over its K outputs sends all N bases to every worker: they go
+    into the object store once per call, not once per piece."""
+    ctx = base_op.mont_context(random_odd_modulus(2048))
+    n = 1200                                     # 1200 x 256 B of bases: above BLOB_BYTES
+    bases = base_op.to_mont(CPU, ctx, ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(n)]))
+    exps = np.stack([mod_op.exp_limbs([secrets.randbits(64) for _ in range(n)])
+                     for _ in range(4)])
+    before = ray_be.shipper.blobs_put
+    assert _same(mod_op.mont_multi_exp(ray_be, ctx, bases, exps),
+                 mod_op.mont_multi_exp(CPU, ctx, bases, exps))
+    assert ray_be.shipper.blobs_put - before == 1
+    assert len(nodes_of(ray_be.report())) == 2
+
+
 # ------------------------------------------------------------------ the private key
 def test_the_private_key_stays_in_the_party_process(ray_be):
     pk, sk = _keys()

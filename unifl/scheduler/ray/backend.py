@@ -34,6 +34,7 @@ from ..fallback import ChainMember, FallbackChain, batch_elements, run_op
 from ..multi import MultiDeviceBackend
 from .cluster import Connection, release
 from .proxy import RayWorkerProxy
+from .shipping import Shipper
 
 log = logging.getLogger("unifl.scheduler.ray")
 
@@ -73,13 +74,14 @@ class RayBackend(ChainMember):
     name = "ray"
     native_ops = frozenset(OPS)
 
-    def __init__(self, conn: Connection, proxies: list[RayWorkerProxy], local: ChainMember,
-                 private_key_ops: str = "local", min_rows: int = 32) -> None:
+    def __init__(self, conn: Connection, proxies: list[RayWorkerProxy], shipper: Shipper,
+                 local: ChainMember, private_key_ops: str = "local", min_rows: int = 32) -> None:
         super().__init__()
         if not proxies:
             raise ValueError("RayBackend needs at least one worker")
         self.conn = conn
         self.proxies = list(proxies)
+        self.shipper = shipper
         self.local = local
         self.private_key_ops = private_key_ops
         self.min_rows = max(1, int(min_rows))
@@ -149,7 +151,8 @@ class RayBackend(ChainMember):
     def _run(self, op: str, args: tuple) -> Any:
         if self.stays_local(op, args):
             return run_op(self.local, op, args)
-        return getattr(self.multi, f"op_{op}")(*args)
+        with self.shipper.call():
+            return getattr(self.multi, f"op_{op}")(*args)
 
     # ---- reporting
     def own_report(self) -> list[dict]:

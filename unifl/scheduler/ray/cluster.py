@@ -143,8 +143,10 @@ def connect(address: str | None, timeout: float) -> Connection:
                                   "namespace": "unifl"}
         keep = threading.Event() if address is None else None
         if address is None:
-            _init_bounded(ray, timeout, "null (a local instance)", keep, include_dashboard=False,
-                          **common)
+            # "local": a new instance, never one found on this machine (ray.init with no address
+            # would join the cluster `ray start` or another program last started here)
+            _init_bounded(ray, timeout, "null (a local instance)", keep, address="local",
+                          include_dashboard=False, **common)
         elif address == "auto":
             _init_bounded(ray, timeout, "auto", None, address="auto", **common)
         else:

@@ -2,7 +2,10 @@
 
 Batches travel as they are: contiguous ``uint64`` NumPy arrays, which Ray places in the object
 store and hands to the worker as read-only views of the same memory on its node (no copy when the
-worker shares the driver's node; one transfer per node otherwise).
+worker shares the driver's node; one transfer per node otherwise).  An array that goes whole to
+several pieces of one batch (the bases of a multi-exponentiation split over its K outputs) is put
+in the store once and travels as a :class:`Blob`, so it crosses to each node once, not once per
+worker.
 
 Montgomery contexts and key records (:mod:`unifl.core.keys`: the DJN table of a fixed base can be
 megabytes) are put in the object store once per object and travel as a :class:`Shared` handle.
@@ -14,11 +17,12 @@ derives (uploaded constants, native key objects, fixed-base tables) by object id
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -40,12 +44,41 @@ class Shared:
     ref: Any
 
 
+@dataclass(frozen=True)
+class Blob:
+    """A large array in the party's object store, fetched by the worker as a zero-copy view."""
+
+    ref: Any
+
+
+#: arrays from this size on are put in the object store once per array object
+BLOB_BYTES = 256 * 1024
+
+
 class Shipper:
     """The driver's side: each shared object put in the object store once, while it lives."""
 
     def __init__(self) -> None:
         self._refs: weakref.WeakKeyDictionary[Any, Shared] = weakref.WeakKeyDictionary()
+        # id(array) -> (the array, its Blob), for the calls in progress only: an array object
+        # reused later with new contents must be shipped anew
+        self._blobs: dict[int, tuple[np.ndarray, Blob]] = {}
+        self._calls = 0
         self._lock = threading.Lock()
+        self.blobs_put = 0            # arrays put in the object store (for the tests and benchmarks)
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """One op call of the party (all its pieces): the scope of the array cache."""
+        with self._lock:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls -= 1
+                if self._calls == 0:
+                    self._blobs.clear()
 
     def ship(self, x: Any, private_ok: bool) -> Any:
         """``x`` as it travels to a worker: a :class:`Shared` handle for a context or key record,
@@ -68,8 +101,21 @@ class Shipper:
                     self._refs[x] = handle
             return handle
         if isinstance(x, DeviceBatch):
-            return np.ascontiguousarray(x, dtype=np.uint64)
+            x = np.ascontiguousarray(x, dtype=np.uint64)
+        if isinstance(x, np.ndarray) and x.nbytes >= BLOB_BYTES:
+            return self._blob(x)
         return x
+
+    def _blob(self, x: np.ndarray) -> Blob:
+        with self._lock:
+            hit = self._blobs.get(id(x))
+            if hit is not None and hit[0] is x:
+                return hit[1]
+            blob = Blob(import_ray().put(x))
+            self.blobs_put += 1
+            if self._calls:
+                self._blobs[id(x)] = (x, blob)     # held, so its id cannot be reused meanwhile
+            return blob
 
 
 class Resolver:
@@ -82,6 +128,8 @@ class Resolver:
         self.fetched = 0                 # how many handles were fetched (not found in the cache)
 
     def resolve(self, x: Any) -> Any:
+        if isinstance(x, Blob):
+            return import_ray().get(x.ref)
         if not isinstance(x, Shared):
             return x
         obj = self._objects.get(x.key)

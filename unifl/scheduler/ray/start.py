@@ -156,7 +156,7 @@ def ray_backend(cfg: PartyConfig) -> RayBackend:
     shipper = Shipper()
     private_ok = section.private_key_ops == "workers"
     proxies = [RayWorkerProxy(actor, info, shipper, private_ok) for actor, info in started]
-    be = RayBackend(conn, proxies, local, section.private_key_ops, section.min_rows)
+    be = RayBackend(conn, proxies, shipper, local, section.private_key_ops, section.min_rows)
     chosen = sorted({str(info["backend"]) for _, info in started})
     be.selection = {
         "requested": cfg.backend, "chosen": chosen[0] if len(chosen) == 1 else "+".join(chosen),
