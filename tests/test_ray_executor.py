@@ -312,6 +312,18 @@ def test_ray_options_are_checked_by_the_schema():
                                     "ray": {"backend": "tpu"}})
 
 
+def test_executor_ray_in_a_fate_workers_config_is_refused_not_ignored(tmp_path, monkeypatch):
+    from unifl.fate import party as fate_party
+    path = tmp_path / "party.yaml"
+    path.write_text("party: guest\nbackend: native\nexecutor: ray\n")
+    monkeypatch.delenv("UNIFL_BACKEND", raising=False)
+    monkeypatch.setenv("UNIFL_CONFIG", str(path))
+    fate_party.set_backend(None)
+    with pytest.raises(ConfigError, match="executor: ray does not apply inside FATE"):
+        fate_party.current_backend()
+    fate_party.set_backend(None)
+
+
 # ------------------------------------------------------------------ an app on the cluster
 def test_vertical_lr_with_the_guest_on_ray_gives_the_reference_model(cluster):
     """The shipped guest_ray.yaml, pointed at the two-node cluster: a two-party vertical LR whose

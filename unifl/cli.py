@@ -179,6 +179,14 @@ def print_results(results: Mapping[str, Mapping[str, Any]], title: str) -> None:
                           f"({ev['from_device']}): {ev['reason']}; its {ev['elements']} elements "
                           f"re-ran on {ev['to']} ({ev['to_device']})[/bold red]")
         sel = res.get("backend", {})
+        ray_sel = sel.get("ray") or {}
+        for lost in ray_sel.get("lost", []):
+            console.print(f"[bold red]! {role}: {lost['worker']} was lost ({lost['reason']}); "
+                          f"went on with {ray_sel.get('live', 0)} of {ray_sel.get('workers')} "
+                          "Ray workers[/bold red]")
+        if ray_sel and ray_sel.get("started", 0) < ray_sel.get("workers", 0):
+            console.print(f"[bold yellow]! {role}: {ray_sel['started']} of {ray_sel['workers']} "
+                          "Ray workers started[/bold yellow]")
         if sel.get("requested") not in (None, "auto", sel.get("chosen")):
             console.print(f"[bold red]! {role} asked for {sel['requested']!r} but ran on "
                           f"{sel['chosen']!r} (fallback)[/bold red]")

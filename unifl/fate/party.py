@@ -41,6 +41,13 @@ def _names_from_config(path: str) -> list[str]:
         raise ConfigError(f"UNIFL_CONFIG={path!r} cannot be read: {exc}") from exc
     if not isinstance(cfg, dict):
         raise ConfigError(f"UNIFL_CONFIG={path!r}: the top level must be a mapping")
+    if cfg.get("executor") == "ray":
+        # not silently ignored: inside FATE the engine spreads the work, not this process
+        raise ConfigError(
+            f"UNIFL_CONFIG={path!r}: executor: ray does not apply inside FATE -- FATE's engine "
+            "(eggroll, Spark) already spreads a job over its workers, each running UniFL's kit on "
+            "its own backend; set the backend of each worker node instead (UNIFL_BACKEND or a "
+            "UNIFL_CONFIG without executor: ray in that node's environment; docs/scale.md)")
     names = [cfg.get("backend", "auto")]
     fallback = cfg.get("fallback") or []
     if isinstance(fallback, str):
