@@ -256,6 +256,26 @@ def test_a_worker_killed_mid_batch_has_its_piece_rerun_on_another(cluster, caplo
         be.close()
 
 
+def test_a_worker_that_stops_answering_is_stopped_and_its_piece_rerun(cluster):
+    be = backend_from_config(ray_config(cluster, piece_timeout_s=0.5))
+    try:
+        slow, other = be.proxies
+        ctx, a, e = _slow_batch(8)
+        want = mod_op.mod_exp(registry.backend(LOCAL), ctx, a, e)
+        # worker 0 is busy with a long batch of its own when the party's piece reaches it
+        big = ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(2000)])
+        busy = slow.actor.run.remote("mod_exp", (ctx, big, mod_op.exp_limbs(
+            [secrets.randbits(2048) for _ in range(2000)])))
+        assert _same(mod_op.mod_exp(be, ctx, a, e), want)
+        ev, = be.fallback_events()
+        assert ev["from_device"] == slow.device and "did not answer within 0.5 s" in ev["reason"]
+        assert [p.device for p in be.live_workers()] == [other.device]
+        with pytest.raises(ray.exceptions.RayError):      # it was stopped, not left running
+            ray.get(busy, timeout=30)
+    finally:
+        be.close()
+
+
 # ------------------------------------------------------------------ configuration errors
 def _free_port() -> int:
     with socket.socket() as s:

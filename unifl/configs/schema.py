@@ -181,6 +181,9 @@ class RaySection(_Section):
     #: a batch of fewer rows runs in the party's process (a round trip to a worker would cost more
     #: than it saves), and no worker gets a piece of fewer rows
     min_rows: int = Field(32, ge=1)
+    #: a worker that has not returned a piece after this long is stopped and its piece re-run
+    #: elsewhere (a hung device); null: no limit (a piece takes as long as its batch needs)
+    piece_timeout_s: Optional[float] = Field(None, gt=0)
 
     @field_validator("address")
     @classmethod

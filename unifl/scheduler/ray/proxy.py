@@ -42,7 +42,7 @@ class RayWorkerProxy(Backend):
     native_ops = frozenset(OPS)
 
     def __init__(self, actor: Any, info: dict[str, Any], shipper: Shipper,
-                 private_ok: bool) -> None:
+                 private_ok: bool, timeout: float | None = None) -> None:
         super().__init__()
         self.actor = actor
         self.info = info
@@ -52,6 +52,7 @@ class RayWorkerProxy(Backend):
                                         stand_in=info.get("stand_in"))
         self._shipper = shipper
         self._private_ok = private_ok
+        self._timeout = timeout
 
     def describe(self) -> str:
         return f"{self.info['describe']} on {self.device}"
@@ -60,15 +61,20 @@ class RayWorkerProxy(Backend):
         ray = import_ray()
         shipped = tuple(self._shipper.ship(a, self._private_ok) for a in args)
         try:
-            return ray.get(self.actor.run.remote(op, shipped))
+            return ray.get(self.actor.run.remote(op, shipped), timeout=self._timeout)
+        except ray.exceptions.GetTimeoutError:
+            # a worker that stops answering (a hung device) is as good as gone: never used again
+            self.close()
+            raise RayWorkerLost(f"{self.device} did not answer within {self._timeout:g} s "
+                                "(ray.piece_timeout_s); stopped") from None
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
                 raise cause from None       # the op's own error, as if it ran here
             raise RayWorkerLost(f"{self.device}: {type(exc).__name__}: {exc}") from exc
-        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
-                ray.exceptions.LocalRayletDiedError, ray.exceptions.RaySystemError) as exc:
+        except ray.exceptions.RayError as exc:
+            # the actor died, was killed or ran out of memory, its node or its result was lost:
+            # whatever Ray says went wrong, this worker cannot be trusted with the piece again
             raise RayWorkerLost(f"{self.device} is gone ({type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
 

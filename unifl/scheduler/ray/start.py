@@ -155,7 +155,8 @@ def ray_backend(cfg: PartyConfig) -> RayBackend:
         raise
     shipper = Shipper()
     private_ok = section.private_key_ops == "workers"
-    proxies = [RayWorkerProxy(actor, info, shipper, private_ok) for actor, info in started]
+    proxies = [RayWorkerProxy(actor, info, shipper, private_ok, section.piece_timeout_s)
+               for actor, info in started]
     be = RayBackend(conn, proxies, shipper, local, section.private_key_ops, section.min_rows)
     chosen = sorted({str(info["backend"]) for _, info in started})
     be.selection = {
