@@ -10,14 +10,16 @@ Rows (2048-bit key, n values):
 * ``encrypt (key owner)``    ``op_paillier_encrypt_owner`` (CRT halves; shipped to the workers with
                              ``ray.private_key_ops: workers``);
 * ``matmul k x n``           X @ E(a) through the SDK (``EncryptedArray``): a k-output
-                             multi-exponentiation over n ciphertexts, X integers of 24 bits.
+                             multi-exponentiation over n ciphertexts, X integers of 24 bits;
+* ``add``                    ``op_mont_mul`` mod n² of n ciphertext pairs (O3's addition): the
+                             cheapest op, where shipping costs more than computing.
 
 Each row runs on (a) ``native`` with 2 threads in this process and (b) ``executor: ray`` with a
 local Ray instance (``address: null``) of 2 workers, each ``native`` with 1 thread.  Both give the
 same ciphertexts (checked).  For the scale model of docs/scale.md it records, per row, the bytes
-that cross to and from the workers per piece and the seconds a piece spends in the worker's op
-against the seconds the party waits for it (the difference is the executor's cost: serialising,
-the object store, scheduling).
+that crossed to and from the workers (counted by the executor) and the seconds the workers spent in
+the op against the seconds the party waited for them (the difference is the executor's cost:
+serialising, the object store, scheduling).
 """
 
 from __future__ import annotations
@@ -51,12 +53,8 @@ def configs(workers: int) -> dict[str, PartyConfig]:
     return {"threads": threads, "ray": on_ray}
 
 
-def _nbytes(args: tuple) -> int:
-    return sum(int(a.nbytes) for a in args if isinstance(a, np.ndarray))
-
-
-def workloads(bits: int, n: int, k: int) -> dict[str, Callable[[Any], tuple[Any, int, int]]]:
-    """name -> run(backend) returning (result to compare, elements, bytes shipped per batch)."""
+def workloads(bits: int, n: int, k: int) -> dict[str, Callable[[Any], tuple[Any, int]]]:
+    """name -> run(backend) returning (result to compare, elements)."""
     pk, sk = unifl.keygen(bits)
     m = pk.n_ctx.to_limbs([secrets.randbelow(pk.n) for _ in range(n)])
     r = pk.n_ctx.to_limbs([secrets.randbelow(pk.n - 1) + 1 for _ in range(n)])
@@ -67,21 +65,25 @@ def workloads(bits: int, n: int, k: int) -> dict[str, Callable[[Any], tuple[Any,
     x = np.array([[secrets.randbelow(2**24) - 2**23 for _ in range(n)] for _ in range(k)],
                  dtype=np.int64)
     enc_a = unifl.EncryptedArray.encrypt(pk, a, backend="native", private_key=sk)
-    c_bytes = n * mat.public_key.nsquare_ctx.num_limbs * 8
+    n2 = mat.public_key.nsquare_ctx
+    c1 = np.ascontiguousarray(enc_a.batch.limbs, dtype=np.uint64)
+    c2 = np.ascontiguousarray(np.roll(c1, 1, axis=0))
 
-    def public(be: Any) -> tuple[Any, int, int]:
-        return be.op_paillier_encrypt(pk.material, m, r), n, _nbytes((m, r)) + c_bytes
+    def public(be: Any) -> tuple[Any, int]:
+        return be.op_paillier_encrypt(pk.material, m, r), n
 
-    def owner(be: Any) -> tuple[Any, int, int]:
-        return be.op_paillier_encrypt_owner(mat, m, yp, yq), n, _nbytes((m, yp, yq)) + c_bytes
+    def owner(be: Any) -> tuple[Any, int]:
+        return be.op_paillier_encrypt_owner(mat, m, yp, yq), n
 
-    def matmul(be: Any) -> tuple[Any, int, int]:
-        out = x @ _on(enc_a, be)
-        # bases to every worker (split over K) + exponents + the k results back
-        return out.batch.ciphertexts(), k * n, c_bytes * 2 + x.nbytes * 4 + k * c_bytes // n
+    def matmul(be: Any) -> tuple[Any, int]:
+        return (x @ _on(enc_a, be)).batch.ciphertexts(), k * n
+
+    def add(be: Any) -> tuple[Any, int]:
+        # O3's homomorphic addition: one MontMult mod n² per element, the cheapest op there is
+        return be.op_mont_mul(n2, c1, c2), n
 
     return {"encrypt (public key)": public, "encrypt (key owner)": owner,
-            f"matmul {k} x {n}": matmul}
+            f"matmul {k} x {n}": matmul, "add (MontMult mod n^2)": add}
 
 
 def _on(arr: Any, be: Any) -> Any:
@@ -118,10 +120,11 @@ def main() -> None:
             for row, run in work.items():
                 for name, be in backends.items():
                     be.reset_counters()
-                    busy0 = _busy(be)
+                    busy0, sent0 = _busy(be), _bytes(be)
                     t = time.perf_counter()
-                    out, elements, shipped = run(be)
+                    out, elements = run(be)
                     secs = time.perf_counter() - t
+                    sent = tuple(b - b0 for b, b0 in zip(_bytes(be), sent0))
                     rate = elements / secs
                     best[(row, name)] = max(best.get((row, name), 0.0), rate)
                     key = row
@@ -131,7 +134,7 @@ def main() -> None:
                     elif name == "threads":
                         results[key] = out
                     if name == "ray":
-                        pieces[row] = piece_figures(be, secs, shipped, _busy(be) - busy0)
+                        pieces[row] = piece_figures(be, secs, elements, sent, _busy(be) - busy0)
                     print(f"  rep {rep + 1}/{args.reps}  {row:24s} {name:8s} {secs:8.2f} s  "
                           f"{rate:10.1f} /s", flush=True)
     finally:
@@ -163,14 +166,26 @@ def _busy(be: Any) -> float:
     return float(sum(ray.get(p.actor.stats.remote())["busy_seconds"] for p in proxies))
 
 
-def piece_figures(be: Any, wall: float, shipped: int, busy: float) -> dict[str, Any]:
-    """Per piece of the last batch: elements, seconds the party waited, seconds in the worker's
-    op, and the bytes of the batch that crossed (in and out)."""
+def _bytes(be: Any) -> tuple[int, int]:
+    """(array bytes shipped to the workers, result bytes fetched from them) so far."""
+    proxies = getattr(be, "proxies", None)
+    if not proxies:
+        return 0, 0
+    return be.shipper.bytes_sent, sum(p.bytes_received for p in proxies)
+
+
+def piece_figures(be: Any, wall: float, elements: int, sent: tuple[int, ...],
+                  busy: float) -> dict[str, Any]:
+    """The last batch on the workers: its pieces, the seconds the party waited for them and the
+    seconds the workers spent in the op, and the bytes that crossed each way (measured)."""
     rows = [r for r in be.report() if r["device"].startswith("ray worker")]
     calls = sum(r["calls"] for r in rows) or 1
+    here = sum(r["elements"] for r in be.report() if not r["device"].startswith("ray worker"))
     return {"pieces": calls, "wall_s": wall, "worker_busy_s": busy,
-            "party_wait_s": sum(r["seconds"] for r in rows),
-            "bytes_per_batch": shipped, "bytes_per_piece": shipped // max(1, calls)}
+            "party_wait_s": sum(r["seconds"] for r in rows), "elements": elements,
+            "elements_in_party_process": here, "bytes_out": sent[0], "bytes_back": sent[1],
+            "bytes_per_element": (sent[0] + sent[1]) / max(1, elements),
+            "busy_s_per_element": busy / max(1, elements)}
 
 
 if __name__ == "__main__":

@@ -53,15 +53,18 @@ class RayWorkerProxy(Backend):
         self._shipper = shipper
         self._private_ok = private_ok
         self._timeout = timeout
+        self.bytes_received = 0      # result bytes fetched from this worker
 
     def describe(self) -> str:
         return f"{self.info['describe']} on {self.device}"
 
-    def _call(self, op: str, args: tuple) -> np.ndarray:
+    def _call(self, op: str, args: tuple) -> Any:
         ray = import_ray()
         shipped = tuple(self._shipper.ship(a, self._private_ok) for a in args)
         try:
-            return ray.get(self.actor.run.remote(op, shipped), timeout=self._timeout)
+            out = ray.get(self.actor.run.remote(op, shipped), timeout=self._timeout)
+            self.bytes_received += int(out.nbytes)
+            return out
         except ray.exceptions.GetTimeoutError:
             # a worker that stops answering (a hung device) is as good as gone: never used again
             self.close()

@@ -66,6 +66,7 @@ class Shipper:
         self._calls = 0
         self._lock = threading.Lock()
         self.blobs_put = 0            # arrays put in the object store (for the tests and benchmarks)
+        self.bytes_sent = 0           # array bytes shipped to workers (a blob counted once)
 
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
@@ -102,8 +103,11 @@ class Shipper:
             return handle
         if isinstance(x, DeviceBatch):
             x = np.ascontiguousarray(x, dtype=np.uint64)
-        if isinstance(x, np.ndarray) and x.nbytes >= BLOB_BYTES:
-            return self._blob(x)
+        if isinstance(x, np.ndarray):
+            if x.nbytes >= BLOB_BYTES:
+                return self._blob(x)
+            with self._lock:
+                self.bytes_sent += int(x.nbytes)
         return x
 
     def _blob(self, x: np.ndarray) -> Blob:
@@ -113,6 +117,7 @@ class Shipper:
                 return hit[1]
             blob = Blob(import_ray().put(x))
             self.blobs_put += 1
+            self.bytes_sent += int(x.nbytes)
             if self._calls:
                 self._blobs[id(x)] = (x, blob)     # held, so its id cannot be reused meanwhile
             return blob
