@@ -148,13 +148,28 @@ def main() -> None:
         summary.append({"row": row, "threads_per_s": th, "ray_per_s": ry, "ratio": ry / th,
                         **pieces.get(row, {})})
     out = {"bits": args.bits, "n": args.n, "k": args.k, "workers": args.workers,
-           "cores": os.cpu_count(), "rows": summary,
+           "cores": os.cpu_count(), "rows": summary, "driver": driver_costs(args.bits),
            "threads": "native, 2 threads, in the party's process",
            "ray": "executor: ray, local instance, 2 workers x native 1 thread"}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
         print(f"wrote {args.json}")
+
+
+def driver_costs(bits: int, n: int = 20000) -> dict[str, float]:
+    """Seconds per element of the host work an encryption leaves in the party's process whatever
+    computes it: drawing r (public key) or y_p, y_q (key owner) with ``secrets``, as limbs."""
+    pk, sk = unifl.keygen(bits)
+    t = time.perf_counter()
+    pk.random_r(n)
+    public = (time.perf_counter() - t) / n
+    mat = sk.material
+    t = time.perf_counter()
+    to_limbs([secrets.randbelow(mat.p - 1) + 1 for _ in range(n)], mat.p_limbs)
+    to_limbs([secrets.randbelow(mat.q - 1) + 1 for _ in range(n)], mat.q_limbs)
+    owner = (time.perf_counter() - t) / n
+    return {"random_r_s_per_element": public, "random_ypq_s_per_element": owner}
 
 
 def _busy(be: Any) -> float:

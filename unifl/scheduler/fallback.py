@@ -264,23 +264,16 @@ class FallbackChain:
             raise BackendUnavailable(
                 f"op {op!r} failed on {src_name} ({src_dev}): {type(exc).__name__}: {exc}; "
                 f"{none_left}") from exc
-        dst_name, dst_dev = label(target)
         readable = readable_args(args, target, f"{src_name} ({src_dev})")
-        event = {"op": op, "from": src_name, "from_device": src_dev, "to": dst_name,
-                 "to_device": dst_dev, "reason": f"{type(exc).__name__}: {exc}",
-                 "elements": elements_of(op, args), "scope": scope}
-        with self._lock:
-            self.events.append(event)
-        log.warning("op %s failed on %s (%s) with %s; re-running its %d elements on %s (%s)%s",
-                    op, src_name, src_dev, event["reason"], event["elements"], dst_name, dst_dev,
-                    "; that backend is not used again in this job" if scope == "batch" else
-                    "; that device is not used again in this job")
+        self.note(op, args, exc, failed, target, scope,
+                  "; that backend is not used again in this job" if scope == "batch" else
+                  "; that device is not used again in this job")
         return run_op(target, op, readable)
 
     def note(self, op: str, args: tuple, exc: BaseException, failed: Backend, target: Backend,
-             scope: str = "piece") -> None:
-        """Record a re-run that the caller does itself on ``target`` (a surviving device of a split
-        batch), so the report and ``events`` show it like a re-run on the chain."""
+             scope: str = "piece", says: str = "") -> None:
+        """Record (``events``) and log the re-run of a failed call on ``target``: by the chain, or
+        by the caller itself (a surviving device of a split batch), shown alike in the report."""
         src_name, src_dev = label(failed)
         dst_name, dst_dev = label(target)
         event = {"op": op, "from": src_name, "from_device": src_dev, "to": dst_name,
@@ -288,8 +281,9 @@ class FallbackChain:
                  "elements": elements_of(op, args), "scope": scope}
         with self._lock:
             self.events.append(event)
-        log.warning("op %s failed on %s (%s) with %s; re-running its %d elements on %s (%s)",
-                    op, src_name, src_dev, event["reason"], event["elements"], dst_name, dst_dev)
+        log.warning("op %s failed on %s (%s) with %s; re-running its %d elements on %s (%s)%s",
+                    op, src_name, src_dev, event["reason"], event["elements"], dst_name, dst_dev,
+                    says)
 
     def run_on_current(self, pos: int, op: str, args: tuple) -> Any:
         """A call that reached retired link ``pos``: it runs on the link that replaced it."""
