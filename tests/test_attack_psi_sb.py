@@ -307,19 +307,30 @@ class HostileGuest:
         self.n, self.fh = int(info["rows"]), int(info["features"])
         assert (self.n, self.fh) == self.bins.shape
 
-    def gh(self, k=0, rows=None):
-        rows = self.n if rows is None else rows
-        enc = EncryptedArray.encrypt(self.pk, np.ones(rows, np.int64), backend=BE)
-        self.g.send("host", f"sbt/t{k}/gh", enc)
+    def gh(self, count=None):
+        """The [[g, h]] stream of the last level request: one chunk holding the wanted nodes'
+        rows (``count`` ciphertexts in their place, if given), then the end marker."""
+        if not self.host.thread.is_alive():      # refused already: nothing to encrypt for
+            raise TransportError("the host has stopped")
+        tree, depth, nodes, active, want = self.last
+        m = len(secureboost.wanted_rows(nodes.astype(np.int64), active, want))
+        enc = EncryptedArray.encrypt(self.pk, np.ones(m if count is None else count, np.int64),
+                                     backend=BE)
+        tag = f"sbt/t{tree}/d{depth}/gh"
+        self.g.send("host", tag, {"chunk": 0, "rows": [0, m], "data": enc})
+        self.g.send("host", tag, {"end": 1})
 
     def level(self, depth, nodes, want, active=None, tree=0):
         nodes = np.asarray(nodes, np.int32)
+        active = int(nodes.max()) + 1 if active is None else active
         self.g.send("host", f"sbt/t{tree}/level", {
-            "tree": tree, "depth": depth,
-            "active": int(nodes.max()) + 1 if active is None else active,
+            "tree": tree, "depth": depth, "active": active,
             "nodes": nodes, "want": np.asarray(want, np.int32)})
+        self.last = (tree, depth, nodes, active, want)
 
     def hist(self, depth, tree=0):
+        """The level's [[g, h]] stream, then the host's histograms."""
+        self.gh()
         return self.g.recv("host", f"sbt/t{tree}/d{depth}/hist")
 
     def splits(self, depth, splits, tree=0):
@@ -328,7 +339,6 @@ class HostileGuest:
 
     def root(self):
         """Tree 0, depth 0, as the protocol has it."""
-        self.gh()
         self.level(0, np.zeros(self.n), [0])
         return self.hist(0)
 
@@ -367,7 +377,6 @@ def test_guest_cannot_pull_the_host_binned_matrix_by_split_queries(sb_setup, pai
 def test_guest_cannot_put_every_row_in_a_node_of_its_own(sb_setup, pai_key):
     """One node per row at the root: the histograms would be the host's binned matrix."""
     guest = HostileGuest(sb_setup, pai_key)
-    guest.gh()
     guest.level(0, np.arange(guest.n), np.arange(guest.n))
     guest.refused("'active'", "[1, 1]")
     with pytest.raises(TransportError):
@@ -480,7 +489,8 @@ def test_host_refuses_depth_at_max_depth(sb_setup, pai_key):
 @pytest.mark.parametrize("rows", [-1, +1])
 def test_host_refuses_gh_of_the_wrong_size(sb_setup, pai_key, rows):
     guest = HostileGuest(sb_setup, pai_key)
-    guest.gh(rows=guest.n + rows)
+    guest.level(0, np.zeros(guest.n), [0])
+    guest.gh(count=guest.n + rows)
     guest.refused("[[g, h]]", f"{guest.n} ciphertexts")
 
 

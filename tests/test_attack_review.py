@@ -46,10 +46,12 @@ def _hostile_host_root(sb_job, forge):
     guest = Party(lambda: secureboost._guest(job, p, g, BE, Timings(), ids, None, False), g)
     pk = h.recv("guest", "sbt/pk")
     n, fh = bins.shape
-    h.send("guest", "sbt/info", {"rows": int(n), "features": int(fh), "scale_bits": p.scale_bits})
-    enc_gh = h.recv("guest", "sbt/t0/gh")
+    h.send("guest", "sbt/info", {"rows": int(n), "features": int(fh), "scale_bits": p.scale_bits,
+                                 "chunk_rows": p.chunk_rows})
     level = h.recv("guest", "sbt/t0/level")
     assert level["depth"] == 0
+    enc_gh = h.recv("guest", "sbt/t0/d0/gh")["data"]     # the root: every row, one chunk
+    assert enc_gh.shape == (n,) and h.recv("guest", "sbt/t0/d0/gh") == {"end": 1}
     width = secureboost.cell_bits(n)
     per = secureboost.cells_per_ciphertext(pk, width)
     count = -(-fh * p.num_bins // per)

@@ -76,13 +76,32 @@ class HostileHost:
         self.ch.recv("guest", "vfl/ids_digest")
         start = self.ch.recv("guest", "vfl/start")
         self.n, self.guest_dim = start["n"], start["dim"]
-        self.ch.send("guest", "vfl/start", {"n": self.n, "dim": self.claim_dim,
+        self.ch.send("guest", "vfl/start", {"n": self.n, "n_test": start["n_test"],
+                                            "dim": self.claim_dim,
                                             "batch_size": self.job["params"]["batch_size"],
+                                            "chunk_rows": start["chunk_rows"],
                                             "scale_bits": 24, "epochs": []})
         self.pk_g = self.ch.recv("guest", "vfl/pk")
         self.ch.send("guest", "vfl/pk", self.pk)
         return reference.batches(self.n, self.job["params"]["batch_size"], SEED, 0,
                                  max(self.guest_dim, self.claim_dim))
+
+    def recv_u(self, tag: str = "vfl/e0/b0") -> EncryptedArray:
+        """The guest's [[u]] of a batch that is one chunk (its stream's end follows once the
+        guest has the host's chunk: :meth:`send_zh` reads it)."""
+        msg = self.ch.recv("guest", f"{tag}/u")
+        assert msg["chunk"] == 0
+        return msg["data"]
+
+    def send_zh(self, arr: EncryptedArray, tag: str = "vfl/e0/b0") -> None:
+        """``arr`` as the host's [[z_h]] of a one-chunk batch (the chunk, then the end), and the
+        end of the guest's [[u]] stream."""
+        self.ch.send("guest", f"{tag}/zh", {"chunk": 0, "rows": [0, arr.shape[0]], "data": arr})
+        self.ch.send("guest", f"{tag}/zh", {"end": 1})
+        try:
+            assert self.ch.recv("guest", f"{tag}/u", timeout=5) == {"end": 1}
+        except TransportError:       # the guest refused the chunk and stopped: the test reads why
+            pass
 
     def finish(self) -> BaseException | None:
         self.ch.close()
@@ -112,12 +131,12 @@ def test_lying_bound_does_not_shrink_the_mask(host_keys):
     atk = HostileHost(vjob(), host_keys)
     plan = atk.start()
     b0, j = plan[0], 3
-    atk.ch.recv("guest", "vfl/e0/b0/u")
+    atk.recv_u()
     lure = np.zeros(len(b0))
     lure[j] = 2.0 ** 200
     honest = EncryptedArray.encrypt(atk.pk, lure, backend=BE)
     liar = EncryptedArray(atk.pk, honest.limbs, honest.shape, honest.scale_bits, 1, BE)
-    atk.ch.send("guest", "vfl/e0/b0/zh", liar)
+    atk.send_zh(liar)
     masked = atk.ch.recv("guest", "vfl/e0/b0/masked_g")
     assert masked.shape == (D_GUEST,) and masked.scale_bits == 0
     residues = masked.decrypt_residues(atk.sk)
@@ -150,9 +169,8 @@ def test_peer_frame_scale_is_not_trusted(host_keys):
     with: refused before any arithmetic."""
     atk = HostileHost(vjob(), host_keys)
     plan = atk.start()
-    atk.ch.recv("guest", "vfl/e0/b0/u")
-    atk.ch.send("guest", "vfl/e0/b0/zh",
-                EncryptedArray.encrypt(atk.pk, np.zeros(len(plan[0])), scale_bits=0, backend=BE))
+    atk.recv_u()
+    atk.send_zh(EncryptedArray.encrypt(atk.pk, np.zeros(len(plan[0])), scale_bits=0, backend=BE))
     err = atk.finish()
     assert isinstance(err, ProtocolViolation) and "scale" in str(err)
 
@@ -259,9 +277,8 @@ def test_host_sends_back_the_guests_u(host_keys):
     'masked gradient': the wrong shape, refused before decryption."""
     atk = HostileHost(vjob(), host_keys)
     atk.start()
-    enc_u = atk.ch.recv("guest", "vfl/e0/b0/u")
-    atk.ch.send("guest", "vfl/e0/b0/zh", EncryptedArray.encrypt(atk.pk, np.zeros(enc_u.shape[0]),
-                                                                backend=BE))
+    enc_u = atk.recv_u()
+    atk.send_zh(EncryptedArray.encrypt(atk.pk, np.zeros(enc_u.shape[0]), backend=BE))
     atk.ch.recv("guest", "vfl/e0/b0/masked_g")
     raw_u = EncryptedArray(enc_u.public_key, enc_u.limbs, enc_u.shape, 0, 1, BE)
     atk.ch.send("guest", "vfl/e0/b0/masked_h", raw_u)
@@ -274,9 +291,8 @@ def test_host_replays_a_slice_of_u_in_gradient_shape(host_keys):
     the guest's own, refused by digest."""
     atk = HostileHost(vjob(), host_keys)
     atk.start()
-    enc_u = atk.ch.recv("guest", "vfl/e0/b0/u")
-    atk.ch.send("guest", "vfl/e0/b0/zh", EncryptedArray.encrypt(atk.pk, np.zeros(enc_u.shape[0]),
-                                                                backend=BE))
+    enc_u = atk.recv_u()
+    atk.send_zh(EncryptedArray.encrypt(atk.pk, np.zeros(enc_u.shape[0]), backend=BE))
     atk.ch.recv("guest", "vfl/e0/b0/masked_g")
     part = enc_u[:D_HOST]
     atk.ch.send("guest", "vfl/e0/b0/masked_h",
@@ -305,9 +321,8 @@ def test_documented_limit_rerandomised_combination_passes(host_keys):
     its own gradient for that batch: in the first batch (w = 0) that is −2y± of 20 rows."""
     atk = HostileHost(vjob(), host_keys)
     plan = atk.start()
-    enc_u = atk.ch.recv("guest", "vfl/e0/b0/u")
-    atk.ch.send("guest", "vfl/e0/b0/zh", EncryptedArray.encrypt(atk.pk, np.zeros(enc_u.shape[0]),
-                                                                backend=BE))
+    enc_u = atk.recv_u()
+    atk.send_zh(EncryptedArray.encrypt(atk.pk, np.zeros(enc_u.shape[0]), backend=BE))
     atk.ch.recv("guest", "vfl/e0/b0/masked_g")
     part = enc_u[:D_HOST].obfuscate()
     atk.ch.send("guest", "vfl/e0/b0/masked_h",
@@ -576,8 +591,9 @@ def test_host_inflating_its_feature_count_is_refused():
     ch.recv("guest", "vfl/ids_digest")
     start = ch.recv("guest", "vfl/start")
     assert start["dim"] == D_GUEST
-    ch.send("guest", "vfl/start", {"n": start["n"], "dim": 63, "batch_size": 64, "scale_bits": 24,
-                                   "epochs": []})
+    ch.send("guest", "vfl/start", {"n": start["n"], "n_test": start["n_test"], "dim": 63,
+                                   "batch_size": 64, "chunk_rows": start["chunk_rows"],
+                                   "scale_bits": 24, "epochs": []})
     guest.join()
     ch.close()
     assert isinstance(guest.error, ProtocolViolation), guest.error

@@ -5,5 +5,7 @@ job schema and one parameter model per algorithm; ``channel`` and ``codec`` carr
 parties (``transport/`` holds the gRPC transport); ``psi``, ``vertical``, ``horizontal`` and
 ``secureboost`` are the algorithms, ``reference`` their plaintext references (which import none of
 them: ``batching``, ``model`` and ``binning`` hold what both sides compute alike), ``data`` the
-example datasets.  See docs/app.md.
+example datasets, ``synthetic`` a generated dataset for scale runs, and ``chunks`` the checked
+chunk streams in which the vertical and tree algorithms send a batch's (a level's) ciphertexts.
+See docs/app.md.
 """

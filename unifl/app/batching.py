@@ -60,3 +60,48 @@ def check_schedule(n: int, batch_size: int, min_rows: int, what: str = "") -> No
 def vertical_min_rows(d_guest: int, d_host: int) -> int:
     """Rows a vertical batch must exceed: the larger of the two parties' feature counts."""
     return max(int(d_guest), int(d_host))
+
+
+def batch_count(n: int, batch_size: int, min_rows: int = 0) -> int:
+    """``len(batches(n, batch_size, seed, epoch, min_rows))`` without drawing the permutation (the
+    count depends on neither seed nor epoch)."""
+    check_schedule(n, batch_size, min_rows)
+    if batch_size <= 0 or batch_size >= n:
+        return 1
+    count = -(-n // batch_size)
+    if count > 1 and n - (count - 1) * batch_size <= min_rows:
+        count -= 1
+    return count
+
+
+def batch_rows(n: int, batch_size: int, seed: int, epoch: int,
+               min_rows: int = 0) -> list[np.ndarray | range]:
+    """The batches of :func:`batches`, where a full batch is ``range(n)``: the same rows in the
+    same order (a sorted permutation is 0 .. n−1), without materialising n indices, so a
+    streamed full-batch epoch holds no per-row state.  Mini-batches are :func:`batches` itself
+    (the seeded permutation, 8 bytes per row while the epoch runs)."""
+    check_schedule(n, batch_size, min_rows)
+    if batch_size <= 0 or batch_size >= n:
+        return [range(n)]
+    return list(batches(n, batch_size, seed, epoch, min_rows))
+
+
+def chunk_bounds(rows: int, chunk_rows: int) -> list[tuple[int, int]]:
+    """The chunks of a batch of ``rows`` rows: consecutive half-open position ranges
+    [start, stop) of ``chunk_rows`` rows each, the last one shorter when ``chunk_rows`` does not
+    divide ``rows``.  Positions index the batch's own row list, so both parties of a job, which
+    share the schedule, cut every batch at the same places.
+
+    Raises:
+        ConfigError: ``chunk_rows`` < 1.
+    """
+    if chunk_rows < 1:
+        raise ConfigError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    return [(a, min(a + chunk_rows, rows)) for a in range(0, rows, chunk_rows)]
+
+
+def take_rows(batch: np.ndarray | range, start: int, stop: int) -> np.ndarray:
+    """Rows ``start`` .. ``stop`` − 1 (positions) of a batch, as an int64 index array."""
+    if isinstance(batch, range):
+        return np.arange(batch.start + start, batch.start + stop, dtype=np.int64)
+    return np.asarray(batch[start:stop], dtype=np.int64)

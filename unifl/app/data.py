@@ -16,7 +16,7 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import numpy as np
 
@@ -25,7 +25,36 @@ from ..core.errors import ConfigError
 BUNDLED = Path(__file__).with_name("data")
 _LABELS = {"y", "motor_speed"}
 _IDS = {"id", "idx"}
-TASKS = {"breast": "binary", "default_credit": "binary", "motor": "regression"}
+TASKS = {"breast": "binary", "default_credit": "binary", "motor": "regression",
+         "synthetic": "binary"}
+
+
+class RowSource(Protocol):
+    """One party's aligned, split and standardised rows of a vertical job, read by row index, so
+    the trainers can stream them chunk by chunk: from matrices in memory (the CSV datasets,
+    ``unifl.app.vertical.PartyMatrices``) or generated on demand
+    (:class:`unifl.app.synthetic.SyntheticParty`, which never builds the full matrix).
+
+    ``train(rows)`` / ``test(rows)`` give the features (float64, C-contiguous, one row per index,
+    the guest's intercept column included) and the labels (the guest) or None (the host) of the
+    rows at those indices of the train / test split."""
+
+    @property
+    def n_train(self) -> int: ...
+
+    @property
+    def n_test(self) -> int: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    feature_names: list[str]
+    l2_mask: np.ndarray
+    source: str
+
+    def train(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]: ...
+
+    def test(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]: ...
 
 
 @dataclass
@@ -115,6 +144,9 @@ def load_party(dataset: str, role: str, data_dir: str | None = None, kind: str =
         if not path.is_file():
             raise ConfigError(f"dataset file {path} not found")
     else:
+        if dataset == "synthetic":
+            raise ConfigError("dataset 'synthetic' has no files: its rows are generated chunk by "
+                              "chunk (unifl.app.synthetic.SyntheticParty)")
         if dataset not in TASKS:
             raise ConfigError(f"dataset {dataset!r} is not one of {sorted(TASKS)} (or a path)")
         path = find_file(f"{dataset}_{kind}_{role}.csv", data_dir)

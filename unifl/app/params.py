@@ -39,7 +39,13 @@ from ..phe_sdk.encoding import MAX_SCALE_BITS
 Role = Literal["guest", "host", "arbiter"]
 Algorithm = Literal["psi", "vlr", "vlinr", "psi+vlr", "psi+vlinr", "hlr", "secureboost"]
 ALGORITHMS: tuple[str, ...] = ("psi", "vlr", "vlinr", "psi+vlr", "psi+vlinr", "hlr", "secureboost")
-DATASETS: tuple[str, ...] = ("breast", "motor", "default_credit")
+DATASETS: tuple[str, ...] = ("breast", "motor", "default_credit", "synthetic")
+#: the algorithms that run on the synthetic dataset (vertical, aligned by construction, binary)
+SYNTHETIC_ALGORITHMS: tuple[str, ...] = ("vlr", "secureboost")
+#: the chunk size of the streamed algorithms: rows per encrypted message and per homomorphic step
+DEFAULT_CHUNK_ROWS = 8192
+#: the largest chunk: 2^16 ciphertexts of a 4096-bit key (1 KiB each) fill a 64 MiB message
+MAX_CHUNK_ROWS = 1 << 16
 
 P = TypeVar("P", bound="AlgorithmParams")
 _TWO_PARTIES: tuple[Role, Role] = ("guest", "host")
@@ -111,6 +117,10 @@ class VerticalParams(AlgorithmParams):
     features: Optional[FeatureCounts] = None
     #: fixed-point scale of the encrypted partial predictions and residuals
     scale_bits: int = Field(24, ge=1, le=MAX_SCALE_BITS)
+    #: rows per streamed chunk: a batch's [[z_h]], [[u]], [[d']] travel and enter Xᵀ[[d']] in
+    #: chunks of this many rows (a party never holds more ciphertexts of a batch); both parties
+    #: must run the same (compared at job start)
+    chunk_rows: int = Field(DEFAULT_CHUNK_ROWS, ge=1, le=MAX_CHUNK_ROWS)
 
     @model_validator(mode="before")
     @classmethod
@@ -174,6 +184,27 @@ class BoostParams(AlgorithmParams):
     #: gradients and hessians are quantised to integers round(g·2^scale_bits); a node's sums must
     #: stay below 2^63 (checked against the row count at job start)
     scale_bits: int = Field(24, ge=1, le=60)
+    #: rows per streamed chunk of the guest's [[ĝ + 2^64 ĥ]] (sent per level, folded into the
+    #: host's histograms chunk by chunk); both parties must run the same (compared at job start)
+    chunk_rows: int = Field(DEFAULT_CHUNK_ROWS, ge=1, le=MAX_CHUNK_ROWS)
+    #: the guest keeps a tree's [[ĝ + 2^64 ĥ]] of every row for the tree's later levels while they
+    #: take at most this many MiB (one encryption per row and tree); beyond it, each level's rows
+    #: are encrypted afresh chunk by chunk (memory flat in the rows, about twice the encryptions
+    #: at depth 3).  0: never keep them.  The guest's own choice: the host sees the same stream.
+    gh_cache_mb: float = Field(256.0, ge=0.0)
+
+
+class SyntheticSpec(BaseModel):
+    """The ``synthetic:`` block of a job whose dataset is ``synthetic``
+    (:mod:`unifl.app.synthetic`: rows generated chunk by chunk from the job's seed)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    #: rows of the dataset (train and test together; the split is per row id)
+    rows: int = Field(ge=2, le=1 << 40)
+    #: feature columns of each party (default_credit's shape: 13 and 10)
+    guest_features: int = Field(13, ge=1, le=4096)
+    host_features: int = Field(10, ge=1, le=4096)
 
 
 #: the parameter model of each algorithm
@@ -206,7 +237,8 @@ class JobConfig(BaseModel):
     #: every message carries it; a party refuses another job's messages
     job_id: str = Field("job", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     algorithm: Algorithm
-    #: breast | motor | default_credit, or a path prefix P with P_guest.csv / P_host.csv
+    #: breast | motor | default_credit | synthetic (with a ``synthetic:`` block), or a path
+    #: prefix P with P_guest.csv / P_host.csv
     dataset: str = "breast"
     #: guest and host, and the arbiter where the algorithm has one (any order; kept canonical)
     parties: list[Role] = Field(default_factory=lambda: list(_TWO_PARTIES))
@@ -219,6 +251,9 @@ class JobConfig(BaseModel):
     #: the job continues after a party restarted: its peers accept the restarted party's new
     #: session; otherwise a second session from a party is refused (no replay into a new run)
     resume: bool = False
+    #: the generator's settings when ``dataset`` is ``synthetic`` (required then, refused
+    #: otherwise)
+    synthetic: Optional[SyntheticSpec] = None
 
     @field_validator("dataset")
     @classmethod
@@ -260,12 +295,32 @@ class JobConfig(BaseModel):
             raise ValueError(f"params must be a mapping of {algorithm}'s parameters")
         return model.model_validate(v)
 
+    @model_validator(mode="after")
+    def _synthetic(self) -> "JobConfig":
+        if self.dataset == "synthetic":
+            if self.synthetic is None:
+                raise ValueError("dataset 'synthetic' needs a 'synthetic:' block, e.g. "
+                                 "synthetic: {rows: 100000}")
+            if self.algorithm not in SYNTHETIC_ALGORITHMS:
+                raise ValueError(f"dataset 'synthetic' runs {list(SYNTHETIC_ALGORITHMS)} (its "
+                                 f"rows are aligned by construction and its label is binary), "
+                                 f"not {self.algorithm!r}")
+            if getattr(self.params, "max_rows", None) is not None:
+                raise ValueError("params.max_rows does not apply to dataset 'synthetic'; set "
+                                 "synthetic.rows instead")
+        elif self.synthetic is not None:
+            raise ValueError(f"a 'synthetic:' block is for dataset 'synthetic', not "
+                             f"{self.dataset!r}")
+        return self
+
     def to_job(self) -> dict[str, Any]:
         """The plain dict ``run_job`` takes: params as the job gives them (defaults are the
         model's, applied wherever the dict is validated again); ``resume`` is for the transport,
         not the algorithm."""
-        out = self.model_dump(exclude={"resume", "params"})
+        out = self.model_dump(exclude={"resume", "params", "synthetic"})
         out["params"] = self.params.model_dump(exclude_unset=True, by_alias=False)
+        if self.synthetic is not None:       # only where it applies: other jobs keep their keys
+            out["synthetic"] = self.synthetic.model_dump()
         return out
 
 

@@ -6,15 +6,21 @@ bin their own features by train-split quantiles (``num_bins`` bins; bin(x) = #{e
 
 1. guest: p = σ(F), g = p − y, h = p(1 − p), quantised to integers ĝ = round(g·2^s),
    ĥ = round(h·2^s) with s = ``scale_bits`` (default 24; the host announces its own at job start
-   and the guest refuses another), so every histogram sum is an exact integer; sends
-   [[ĝ + 2^64·ĥ]] under its key (O1).
-2. level by level, guest -> host: the node of every training row (−1 when settled).  The host
-   builds, in ONE histogram call (O6) over the concatenation [[ĝ]] ‖ [[ĥ]] of the active rows,
-   the encrypted per-(node, feature, bin) sums, packs K of them into one ciphertext by Horner's
+   and the guest refuses another), so every histogram sum is an exact integer.
+2. level by level, guest -> host: the node of every training row (−1 when settled) and which
+   nodes' histograms it wants (the smaller child of each split; the guest gets the sibling as
+   parent − child).  Then the guest streams [[ĝ + 2^64·ĥ]] under its key (O1), freshly encrypted,
+   for exactly the rows of the wanted nodes in row order, in chunks of ``chunk_rows``
+   (:mod:`unifl.app.chunks`: chunk k, its row range, the ciphertexts; then an end marker).  The
+   host folds each chunk into the level's encrypted per-(node, feature, bin) sums at once -- one
+   grouped product (O6) per chunk, combined with the running sums by homomorphic addition (O3),
+   the same integers as one call over all the rows -- so neither party ever holds the
+   ciphertexts of more than one chunk.  It then packs K cells into one ciphertext by Horner's
    rule (:func:`compress_cells`; K = 10 at 1024 bits, 20 at 2048), re-randomises the packed
    ciphertexts (the guest knows each [[ĝ]]'s randomness, so a raw product would reveal which rows
-   share a bin) and returns them.  Only the smaller child of each split is built; the guest gets
-   the sibling as parent − child.
+   share a bin) and returns them.  Re-encrypting per level costs the guest at most
+   n·(1 + (max_depth − 1)/2) encryptions per tree (the wanted children hold at most half of the
+   active rows), against n for keeping a tree's n ciphertexts, whose memory grows with the rows.
 3. guest: decrypts (O2), takes cumulative sums over bins (in clear, equivalent information) and
    finds each node's best split over its own and the host's features by the XGBoost gain
    GL²/(HL+λ) + GR²/(HR+λ) − G²/(H+λ) with HL, HR >= min_child_weight and gain > gamma (first
@@ -39,11 +45,14 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..core.backend import Backend
-from ..core.errors import ConfigError, ProtocolViolation, WeakKeyError
+from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, histogram, paillier
+from . import synthetic
 from .alignment import check_alignment
+from .batching import chunk_bounds
 from .binning import apply_bins, binned_party, quantile_edges
 from .channel import Channel
+from .chunks import recv_chunk, recv_end, send_chunk, send_end
 from .data import load_party, sorted_ids
 from .metrics import roc_auc, sigmoid
 from .params import BoostParams, check_peer_scale, params_of
@@ -51,7 +60,7 @@ from .timing import Timings, progress_bar
 
 __all__ = ["BoostParams", "quantise", "pack_gh", "unpack_gh", "cell_bits", "cells_per_ciphertext",
            "compress_cells", "split_cells", "grow_tree", "predict_tree", "boost", "HostGuard",
-           "quantile_edges", "apply_bins", "run"]
+           "quantile_edges", "apply_bins", "wanted_rows", "run"]
 
 #: the width of ĝ's slot in a packed plaintext ĝ + 2^64·ĥ
 PACK_BITS = 64
@@ -316,10 +325,11 @@ def base_score(y: np.ndarray) -> float:
 
 def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
           t: Timings | None = None, on_tree: Callable[[], None] | None = None,
-          encrypt_gh: Callable[[int, np.ndarray, np.ndarray], None] | None = None
+          on_gradients: Callable[[int, np.ndarray, np.ndarray], None] | None = None
           ) -> tuple[list[list[dict]], float, np.ndarray]:
     """The guest's boosting loop over a :class:`HostSide`; returns the trees, the base score and
-    the final scores F of the training rows."""
+    the final scores F of the training rows.  ``on_gradients(tree, ĝ, ĥ)`` is told each tree's
+    quantised gradients before the tree is grown (the remote host encrypts them per level)."""
     t = t or Timings()
     f0 = base_score(y)
     F = np.full(len(y), f0)
@@ -327,8 +337,8 @@ def boost(y: np.ndarray, guest_bins: np.ndarray, host: HostSide, p: BoostParams,
     for k in range(p.n_trees):
         prob = sigmoid(F)
         gi, hi = quantise(prob - y, p.scale_bits), quantise(prob * (1 - prob), p.scale_bits)
-        if encrypt_gh is not None:
-            encrypt_gh(k, gi, hi)
+        if on_gradients is not None:
+            on_gradients(k, gi, hi)
         nodes, leaf_of_row = grow_tree(k, gi, hi, guest_bins, host, p, t)
         host.end_tree(k)
         weights = {nd["id"]: nd["weight"] for nd in nodes if nd["leaf"]}
@@ -517,13 +527,25 @@ class _RemoteHost:
     """HostSide over the channel, with the guest's private key for the histograms."""
 
     def __init__(self, channel: Channel, sk: paillier.PrivateKey, t: Timings, p: BoostParams,
-                 n_host_features: int, n_rows: int) -> None:
+                 n_host_features: int, n_rows: int, backend: Backend | None = None) -> None:
         self.channel, self.sk, self.t, self.p, self.fh = channel, sk, t, p, n_host_features
         self.n = n_rows
+        self.backend = backend
         self.records: set[int] = set()   # the host's record ids this guest was given
         #: this tree's quantised (ĝ, ĥ) of every row, set before the tree is grown: what the
         #: decrypted histograms must add up to, node by node
         self.gh: tuple[np.ndarray, np.ndarray] | None = None
+        #: this tree's [[ĝ + 2^64 ĥ]] of every row, kept for its later levels when they fit in
+        #: ``gh_cache_mb`` (see BoostParams); None before the tree's first level or when they do not
+        self.gh_enc: EncryptedArray | None = None
+        ct_bytes = sk.public_key.nsquare_ctx.num_limbs * 8
+        self.keep_gh = n_rows * ct_bytes <= p.gh_cache_mb * 2**20
+        self.encrypted_rows = 0          # rows encrypted so far (all trees): what keeping saves
+
+    def set_gradients(self, gi: np.ndarray, hi: np.ndarray) -> None:
+        """A new tree's (ĝ, ĥ): its ciphertexts are made at its first level."""
+        self.gh = (gi, hi)
+        self.gh_enc = None
 
     def histograms(self, tree: int, depth: int, node_local: np.ndarray, n_active: int,
                    want: list[int]) -> np.ndarray:
@@ -531,6 +553,7 @@ class _RemoteHost:
         self.channel.send("host", f"sbt/t{tree}/level", {
             "tree": tree, "depth": depth, "active": n_active, "nodes": node_local.astype(np.int32),
             "want": np.asarray(want, np.int32)})
+        self._stream_gh(f"{tag}/gh", wanted_rows(node_local, n_active, want))
         enc = self.channel.recv("host", f"{tag}/hist")
         pk = self.sk.public_key
         cells = self.fh * len(want) * self.p.num_bins
@@ -545,6 +568,35 @@ class _RemoteHost:
         shape = (self.fh, len(want), self.p.num_bins)
         g, h = self._checked_cells(vals.tolist(), width, per, cells, node_local, want, shape)
         return np.stack([g.reshape(shape), h.reshape(shape)], axis=1)   # (F, 2, W, B)
+
+    def _stream_gh(self, tag: str, rows: np.ndarray) -> None:
+        """[[ĝ + 2^64 ĥ]] of ``rows`` (the wanted nodes' rows, in row order) to the host, chunk by
+        chunk: taken from the tree's kept ciphertexts when they fit in ``gh_cache_mb``, else
+        freshly encrypted, so that only one chunk's ciphertexts exist at a time."""
+        if self.gh is None:
+            raise RuntimeError("secureboost guest: a level before the tree's gradients are set "
+                               "(boost() sets them through on_gradients)")
+        if self.keep_gh and self.gh_enc is None:
+            everything = np.arange(self.n)
+            self.gh_enc = EncryptedArray.concatenate(
+                [self._encrypt(everything[lo:up])
+                 for lo, up in chunk_bounds(self.n, self.p.chunk_rows)])
+        bounds = chunk_bounds(len(rows), self.p.chunk_rows)
+        for k, (lo, up) in enumerate(bounds):
+            part = rows[lo:up]
+            enc = self.gh_enc[part] if self.gh_enc is not None else self._encrypt(part)
+            send_chunk(self.channel, "host", tag, k, (lo, up), enc)
+        send_end(self.channel, "host", tag, len(bounds))
+
+    def _encrypt(self, rows: np.ndarray) -> EncryptedArray:
+        """[[ĝ + 2^64 ĥ]] of ``rows``, by the key owner (CRT)."""
+        gi, hi = self.gh if self.gh is not None else (np.empty(0), np.empty(0))
+        with self.t.subtask("SBT: encrypt g, h", "O1 enc"):
+            with self.t.crypto():
+                enc = EncryptedArray.encrypt(self.sk.public_key, pack_gh(gi[rows], hi[rows]),
+                                             backend=self.backend, private_key=self.sk)
+        self.encrypted_rows += len(rows)
+        return enc
 
     def _checked_cells(self, vals: list[int], width: int, per: int, cells: int,
                        node_local: np.ndarray, want: list[int], shape: tuple[int, int, int]
@@ -609,7 +661,14 @@ class _RemoteHost:
 def _prepare(role: str, job: dict[str, Any], p: BoostParams, ids: list[str], data_dir: str | None
              ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None,
                         np.ndarray | None]:
-    """(train bins, test bins, edges, train labels, test labels) of this party."""
+    """(train bins, test bins, edges, train labels, test labels) of this party.  The synthetic
+    dataset is materialised here: the bins need each column's train quantiles (the streamed part
+    of SecureBoost is its ciphertexts, not its plaintext per-row state)."""
+    if job["dataset"] == synthetic.SYNTHETIC:
+        src = synthetic.SyntheticParty(synthetic.spec_of(job), role, job["seed"], p.test_fraction)
+        X_tr, X_te, y_tr, y_te = src.materialise()
+        edges = quantile_edges(X_tr, p.num_bins)
+        return apply_bins(X_tr, edges), apply_bins(X_te, edges), edges, y_tr, y_te
     b = binned_party(job["dataset"], role, ids, seed=job["seed"], num_bins=p.num_bins,
                      test_fraction=p.test_fraction, max_rows=p.max_rows, data_dir=data_dir)
     return b.train, b.test, b.edges, b.y_train, b.y_test
@@ -636,18 +695,18 @@ def _guest(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | 
                                 f"1 to {MAX_HOST_FEATURES}")
     # the host sizes its packed histogram cells by its scale: the guest must quantise at the same
     check_peer_scale("guest", "host", p.scale_bits, info.get("scale_bits"))
-    remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr))
+    # both parties cut every level's rows at the same places
+    if info.get("chunk_rows") != p.chunk_rows:
+        raise ConfigError(f"guest: host streams chunk_rows {info.get('chunk_rows')!r}, guest "
+                          f"{p.chunk_rows}; both parties must run the same")
+    remote = _RemoteHost(channel, sk, t, p, int(info["features"]), len(y_tr), be)
 
-    def encrypt_gh(k: int, gi: np.ndarray, hi: np.ndarray) -> None:
-        remote.gh = (gi, hi)
-        with t.subtask("SBT: encrypt g, h", "O1 enc"):
-            with t.crypto():
-                enc = EncryptedArray.encrypt(pk, pack_gh(gi, hi), backend=be, private_key=sk)
-        channel.send("host", f"sbt/t{k}/gh", enc)
+    def on_gradients(k: int, gi: np.ndarray, hi: np.ndarray) -> None:
+        remote.set_gradients(gi, hi)
 
     with progress_bar(p.n_trees, "guest secureboost", progress) as advance:
         trees, f0, f_train = boost(y_tr, bins_tr, remote, p, t, on_tree=lambda: advance(1),
-                          encrypt_gh=encrypt_gh)
+                                   on_gradients=on_gradients)
     host_left = channel.recv("host", "sbt/test_left")
     want_keys = {str(r) for r in remote.records}
     if not isinstance(host_left, dict) or set(host_left) != want_keys or \
@@ -661,6 +720,7 @@ def _guest(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | 
         auc = roc_auc(y_te, sigmoid(F))
     return {"metrics": {"auc": auc, "train_auc": roc_auc(y_tr, sigmoid(f_train)),
                         "trees": len(trees), "train_rows": int(len(y_tr)),
+                        "encrypted_rows": remote.encrypted_rows,
                         "test_rows": int(len(y_te))},
             "model": {"base_score": f0, "learning_rate": p.learning_rate, "trees": trees}}
 
@@ -678,33 +738,21 @@ def _host(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | N
     n = len(bins_tr)
     check_pack_capacity(n, p.scale_bits)
     channel.send("guest", "sbt/info", {"rows": int(n), "features": bins_tr.shape[1],
-                                       "scale_bits": int(p.scale_bits)})
+                                       "scale_bits": int(p.scale_bits),
+                                       "chunk_rows": int(p.chunk_rows)})
     nb = p.num_bins
     guard = HostGuard(n, bins_tr.shape[1], p)
     records: list[tuple[int, float, int]] = []   # lookup table: record id -> (feature, threshold, bin)
     for k in range(p.n_trees):
         guard.start_tree(k)
-        enc_gh = channel.recv("guest", f"sbt/t{k}/gh")
-        if not isinstance(enc_gh, EncryptedArray) or enc_gh.public_key != pk or \
-                enc_gh.shape != (n,):
-            raise ProtocolViolation(f"SBT host: [[g, h]] of tree {k} must be {n} ciphertexts "
-                                    "under the guest's key")
         while True:
             level = channel.recv("guest", f"sbt/t{k}/level")
             if level is None:   # the tree is complete
                 break
             depth, local, n_active, want = guard.check_level(level)
             tag = f"sbt/t{k}/d{depth}"
-            pos = np.full(n_active + 1, -1, np.int64)    # local index -> position in want
-            pos[want] = np.arange(len(want))
-            slot = pos[local]
-            rows = np.nonzero(slot >= 0)[0]
-            with t.subtask("SBT: encrypted histograms (host)", "O6 histogram"):
-                # one O6 call over the packed [[ĝ + 2^64 ĥ]] of the rows of the wanted nodes,
-                # grouped by (node, bin)
-                grouped = (slot[rows] * nb)[:, None] + bins_tr[rows]
-                with t.crypto():
-                    hist = histogram(enc_gh[rows], grouped, len(want) * nb)
+            hist = _streamed_histograms(channel, pk, f"{tag}/gh", local, n_active, want,
+                                        bins_tr, p, t, be)
             with t.subtask("SBT: compress & re-randomise histograms (host)",
                            "O4 mul (shift), O3 add, O1 obfuscate"):
                 with t.crypto():
@@ -731,6 +779,67 @@ def _host(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | N
             "model": {"records": [{"feature": f, "threshold": thr} for f, thr, _ in records]}}
 
 
+def wanted_rows(node_local: np.ndarray, n_active: int, want: np.ndarray | list[int]
+                ) -> np.ndarray:
+    """The rows of the wanted nodes, in row order: the rows whose [[ĝ + 2^64 ĥ]] a level's
+    histograms are built from (both parties compute them from the same level request)."""
+    pos = np.full(n_active + 1, -1, np.int64)        # local index -> position in want; −1 -> −1
+    pos[np.asarray(want, np.int64)] = np.arange(len(want))
+    return np.nonzero(pos[node_local] >= 0)[0]
+
+
+def _streamed_histograms(channel: Channel, pk: paillier.PublicKey, tag: str,
+                         local: np.ndarray, n_active: int, want: np.ndarray,
+                         bins: np.ndarray, p: BoostParams, t: Timings, be: Backend | None
+                         ) -> EncryptedArray:
+    """The host's encrypted histograms (F, len(want)·num_bins) of one level, from the guest's
+    [[ĝ + 2^64 ĥ]] streamed in chunks: each chunk's grouped product (O6) over its rows, grouped by
+    (wanted node, bin), added (O3) to the sums so far.  Σ over chunks of a cell's products is the
+    cell's product over all its rows, so the plaintext sums are the integers one call over every
+    row would give.
+
+    Every chunk is checked against the host's own schedule (:func:`~unifl.app.chunks.recv_chunk`:
+    index, row range) and must be exactly that many ciphertexts under the guest's key at scale 0.
+
+    Raises:
+        ProtocolViolation: a chunk out of order, repeated, missing, extra, of another size or
+            scale.
+        KeyMismatchError: a chunk under another key.
+    """
+    nb = p.num_bins
+    pos = np.full(n_active + 1, -1, np.int64)
+    pos[want] = np.arange(len(want))
+    slot = pos[local]
+    rows = np.nonzero(slot >= 0)[0]
+    bounds = chunk_bounds(len(rows), p.chunk_rows)
+    hist: EncryptedArray | None = None
+    for c, (lo, up) in enumerate(bounds):
+        enc = recv_chunk(channel, "guest", tag, c, (lo, up), len(bounds), "SBT host: [[g, h]]")
+        if not isinstance(enc, EncryptedArray):
+            raise ProtocolViolation(f"SBT host: [[g, h]] chunk {c} is a {type(enc).__name__}, "
+                                    "not an encrypted array")
+        if enc.public_key != pk:
+            raise KeyMismatchError(f"SBT host: [[g, h]] chunk {c} is not under the guest's key")
+        if enc.shape != (up - lo,) or enc.scale_bits != 0:
+            raise ProtocolViolation(f"SBT host: [[g, h]] chunk {c} has shape {enc.shape} at "
+                                    f"scale 2^-{enc.scale_bits}; rows [{lo}, {up}) of the "
+                                    f"level are {up - lo} ciphertexts at scale 0")
+        part_rows = rows[lo:up]
+        with t.subtask("SBT: encrypted histograms (host)", "O6 histogram, O3 add"):
+            # the chunk's rows grouped by (wanted node, bin)
+            grouped = (slot[part_rows] * nb)[:, None] + bins[part_rows]
+            with t.crypto():
+                part = histogram(enc, grouped, len(want) * nb)
+                hist = part if hist is None else hist + part
+    recv_end(channel, "guest", tag, len(bounds), "SBT host: [[g, h]]")
+    if hist is None:     # no row in the wanted nodes: every cell is 0
+        with t.subtask("SBT: encrypted histograms (host)", "O6 histogram, O3 add"):
+            with t.crypto():
+                hist = EncryptedArray.encrypt(pk, np.zeros((bins.shape[1], len(want) * nb),
+                                                           np.int64), backend=be)
+    return hist
+
+
 def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
         data_dir: str | None = None, progress: bool = True) -> dict:
     """Job entry point "secureboost" (guest and host; the ids must already be aligned)."""
@@ -740,12 +849,20 @@ def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
     if not isinstance(p, BoostParams):
         raise ConfigError(f"algorithm {job['algorithm']!r} is not secureboost")
     t = Timings()
-    own = load_party(job["dataset"], role, data_dir)
-    ids = sorted_ids(own.ids)
-    check_alignment(role, "host" if role == "guest" else "guest", channel, ids)
+    peer = "host" if role == "guest" else "guest"
+    if job["dataset"] == synthetic.SYNTHETIC:
+        rows = synthetic.spec_of(job).rows
+        synthetic.check_alignment(role, peer, channel, rows)
+        ids: list[str] = []          # the synthetic rows are generated, not selected by id
+        source = f"synthetic(rows={rows}, seed={job['seed']})"
+    else:
+        own = load_party(job["dataset"], role, data_dir)
+        ids = sorted_ids(own.ids)
+        check_alignment(role, peer, channel, ids)
+        source = own.source.rsplit("/", 1)[-1]
     if role == "guest":
         out = _guest(job, p, channel, backend, t, ids, data_dir, progress)
     else:
         out = _host(job, p, channel, backend, t, ids, data_dir)
-    out["metrics"]["data_file"] = own.source.rsplit("/", 1)[-1]
+    out["metrics"]["data_file"] = source
     return {"role": role, **out, "timings": t.rows()}

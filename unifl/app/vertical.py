@@ -25,8 +25,18 @@ guest G and host H:
            at scale 0, holding none of its own ciphertexts -- and returns the residues; the owner
            subtracts R mod n, decodes centred and scales by 2^-s.
 
-Job start (before any key exists): the parties exchange row count, feature counts, batch size,
-fixed-point scale (``scale_bits``: z and u travel as round(x·2^s)) and saved epochs.
+**Streaming.**  Steps 1–2 and the product of step 3 run per chunk of ``chunk_rows`` rows of the
+batch (:mod:`unifl.app.chunks`: chunk k, its row range, the ciphertexts, then an end marker, each
+checked against the receiver's own schedule): for each chunk c, [[z_h,c]] and [[u_c]] cross,
+[[d'_c]] is formed and [[X_cᵀ d'_c]] is added to the batch's accumulator (O5, O3).  Since
+Σ_c X_cᵀ d'_c = X_Bᵀ d'_B in exact integers, masking, the decryption request and unmasking (steps
+3–4) then run once per batch on the accumulated gradient, unchanged; no party ever holds the
+ciphertexts of more than one chunk.  The rows come from a :class:`~unifl.app.data.RowSource`
+(matrices in memory, or the synthetic generator, which never builds the full matrix).
+
+Job start (before any key exists): the parties exchange row counts (train and held-out), feature
+counts, batch size, chunk size, fixed-point scale (``scale_bits``: z and u travel as
+round(x·2^s)) and saved epochs.
 Every batch has more rows than either party's feature count (a short remainder is folded into the
 batch before it), since a party given Xᵀd for a batch with no more rows than its features could
 solve for d; a ``batch_size`` that cannot meet this is a ConfigError at both parties.
@@ -40,9 +50,9 @@ and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d']]_A (re-ra
 compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues; the
 arbiter decrypts a request only in the gradient shape both parties announced, each ciphertext once.
 
-**Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, as in FATE's
-prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are never
-revealed this way.
+**Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, in chunks, as in
+FATE's prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are
+never revealed this way.
 
 Early stop: after each epoch the host sends ||Δw_h||² (its weight change over the epoch) and the
 guest stops when sqrt(||Δw_g||² + ||Δw_h||²) < tol, deterministic so the plaintext reference
@@ -61,6 +71,7 @@ import logging
 import math
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,17 +82,21 @@ from ..core.backend import Backend
 from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
                            WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
-from . import psi
+from . import psi, synthetic
 from .alignment import check_alignment as _check_alignment
 from .alignment import ids_digest as _ids_digest
-from .batching import batches, check_schedule, vertical_min_rows
+from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
+                       vertical_min_rows)
 from .channel import Channel
-from .data import (TASKS, load_party, sorted_ids, standardize, subsample_ids, train_test_split)
+from .chunks import recv_chunk, recv_end, send_chunk, send_end
+from .data import (TASKS, RowSource, load_party, sorted_ids, standardize, subsample_ids,
+                   train_test_split)
 from .metrics import r2_score, roc_auc, sigmoid
 from .params import VerticalParams, check_peer_scale, params_of
-from .timing import Timings, progress_bar
+from .timing import Advance, Timings, progress_bar
 
-__all__ = ["VerticalParams", "PartyMatrices", "prepare", "mask_gradient", "unmask_gradient",
+__all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradient",
+           "unmask_gradient",
            "SentCiphertexts", "decrypt_masked", "save_checkpoint", "load_checkpoint",
            "agree_start", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
 
@@ -90,7 +105,8 @@ log = logging.getLogger("unifl.app.vertical")
 
 @dataclass
 class PartyMatrices:
-    """One party's aligned, split and standardised data."""
+    """One party's aligned, split and standardised data, in memory (the CSV datasets); a
+    :class:`~unifl.app.data.RowSource` whose rows the trainer reads chunk by chunk."""
 
     X_train: np.ndarray
     X_test: np.ndarray
@@ -99,6 +115,34 @@ class PartyMatrices:
     feature_names: list[str]
     l2_mask: np.ndarray
     source: str
+
+    @property
+    def n_train(self) -> int:
+        return int(self.X_train.shape[0])
+
+    @property
+    def n_test(self) -> int:
+        return int(self.X_test.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.X_train.shape[1])
+
+    def train(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Features and labels (None for the host) of training rows ``rows``."""
+        return self.X_train[rows], None if self.y_train is None else self.y_train[rows]
+
+    def test(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Features and labels (None for the host) of held-out rows ``rows``."""
+        return self.X_test[rows], None if self.y_test is None else self.y_test[rows]
+
+
+def row_dot(X: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """z = X·w, each row's sum taken over that row alone (NumPy's pairwise sum along the last
+    axis), so a row's z is bit-identical whichever chunk it is computed in.  A BLAS
+    matrix-vector product is not: its kernels block rows by the matrix's length, and the same
+    row in a chunk of another length can differ in the last bit."""
+    return (np.ascontiguousarray(X, dtype=np.float64) * w).sum(axis=1)
 
 
 def prepare(role: str, dataset: str, ids: list[str], p: VerticalParams, seed: int,
@@ -152,32 +196,71 @@ def unmask_gradient(values: object, r: list[int], scale_bits: int, n: int) -> np
 
 class SentCiphertexts:
     """Digests of every ciphertext this party sent in the job: the peer must never get one of them
-    decrypted by sending it back (the guest's [[u]] holds its labels in the first batch)."""
+    decrypted by sending it back (the guest's [[u]] holds its labels in the first batch).
+
+    Held compactly, since a streamed job sends one ciphertext per training row per epoch: 8 bytes
+    per ciphertext (a 64-bit BLAKE2b digest) in sorted NumPy arrays, not a Python set (about
+    90 bytes each).  A replayed ciphertext always has the digest recorded for it, so the check
+    misses no replay; an honest request (fresh, re-randomised ciphertexts) collides with one of
+    N recorded digests with probability about N·d / 2^64 per batch, d its length (1e-10 after
+    10^8 ciphertexts sent, at d = 20)."""
+
+    #: recorded digests that wait unsorted; merged into the sorted array past this many (or a
+    #: quarter of it), so a lookup scans at most this many and merging stays O(N log N) in all
+    PENDING = 1 << 16
 
     def __init__(self) -> None:
-        self._digests: set[bytes] = set()
+        self._sorted = np.empty(0, np.uint64)
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
 
     @staticmethod
-    def _of(arr: EncryptedArray) -> list[bytes]:
+    def _of(arr: EncryptedArray) -> np.ndarray:
         # the Montgomery rows themselves: under one key (one n², one R) Montgomery form is a
         # bijection, so equal ciphertexts have equal rows, and no conversion out of it is needed
         rows = np.ascontiguousarray(np.asarray(arr.limbs, dtype=np.uint64))
-        return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
+        digests = b"".join(hashlib.blake2b(row.tobytes(), digest_size=8).digest() for row in rows)
+        return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
+
+    def _record(self, digests: np.ndarray) -> None:
+        self._pending.append(digests)
+        self._pending_n += len(digests)
+        if self._pending_n > max(self.PENDING, len(self._sorted) // 4):
+            self._merge()
+
+    def _merge(self) -> None:
+        # sorted in place, duplicates kept (membership is all that is asked): the merge holds the
+        # old and the new array at once, 16 bytes per digest, and nothing more
+        merged = np.concatenate([self._sorted, *self._pending])
+        merged.sort()
+        self._sorted, self._pending, self._pending_n = merged, [], 0
 
     def add(self, arr: EncryptedArray) -> None:
-        self._digests.update(self._of(arr))
+        self._record(self._of(arr))
 
     def first_seen(self, arr: EncryptedArray, record: bool = False) -> int | None:
         """Index of the first ciphertext of ``arr`` already held here, or None; with ``record``,
         the ciphertexts of an ``arr`` that passes are added (one digest pass for both)."""
         digests = self._of(arr)
-        seen = next((i for i, d in enumerate(digests) if d in self._digests), None)
-        if record and seen is None:
-            self._digests.update(digests)
-        return seen
+        hit = np.zeros(len(digests), dtype=bool)
+        if len(self._sorted):
+            at = np.minimum(np.searchsorted(self._sorted, digests), len(self._sorted) - 1)
+            hit |= self._sorted[at] == digests
+        for block in self._pending:
+            hit |= np.isin(digests, block)
+        if hit.any():
+            return int(np.argmax(hit))
+        if record:
+            self._record(digests)
+        return None
 
     def __len__(self) -> int:
-        return len(self._digests)
+        """Distinct digests held."""
+        if self._pending:
+            self._merge()
+        if not len(self._sorted):
+            return 0
+        return int(1 + np.count_nonzero(self._sorted[1:] != self._sorted[:-1]))
 
 
 def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
@@ -312,29 +395,36 @@ class _Session:
 
 
 def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: dict,
-               m: PartyMatrices, arbiter: bool) -> _Session:
-    """Exchange row count, feature count, batch size, fixed-point scale and saved epochs; check the
-    batch schedule (both parties refuse a batch size that would let either solve its gradient for
-    the other's values) and agree the start epoch -- all before any key or ciphertext exists."""
+               src: RowSource, arbiter: bool) -> _Session:
+    """Exchange row counts (train and held-out), feature count, batch size, chunk size,
+    fixed-point scale and saved epochs; check the batch schedule (both parties refuse a batch
+    size that would let either solve its gradient for the other's values) and agree the start
+    epoch -- all before any key or ciphertext exists."""
     seed = job["seed"]
-    n, dim = m.X_train.shape
+    n, dim = src.n_train, src.dim
     ck = _checkpoint_path(p, job, role)
     states = load_checkpoint(ck, dim, seed) if p.resume else {}
-    channel.send(peer, "vfl/start", {"n": int(n), "dim": int(dim), "batch_size": int(p.batch_size),
+    channel.send(peer, "vfl/start", {"n": int(n), "n_test": int(src.n_test), "dim": int(dim),
+                                     "batch_size": int(p.batch_size),
+                                     "chunk_rows": int(p.chunk_rows),
                                      "scale_bits": int(p.scale_bits),
                                      "epochs": [[e, st] for e, (_, st) in sorted(states.items())]})
     theirs = channel.recv(peer, "vfl/start")
     try:
-        peer_n, peer_dim, peer_bs = (int(theirs["n"]), int(theirs["dim"]),
-                                     int(theirs["batch_size"]))
+        peer_n, peer_n_test, peer_dim, peer_bs, peer_chunk = (
+            int(theirs["n"]), int(theirs["n_test"]), int(theirs["dim"]),
+            int(theirs["batch_size"]), int(theirs["chunk_rows"]))
         peer_states = {int(e): bool(st) for e, st in theirs["epochs"]}
     except (TypeError, KeyError, ValueError) as exc:
         raise ProtocolViolation(f"{role}: malformed job-start message from {peer}: {exc}") from exc
-    if peer_n != n:
-        raise ConfigError(f"{role}: {peer} has {peer_n} training rows, {role} {n}: checkpoints or "
-                          "data differ")
+    if peer_n != n or peer_n_test != src.n_test:
+        raise ConfigError(f"{role}: {peer} has {peer_n} training and {peer_n_test} held-out "
+                          f"rows, {role} {n} and {src.n_test}: checkpoints or data differ")
     if peer_bs != p.batch_size:
         raise ConfigError(f"{role}: {peer} runs batch_size {peer_bs}, {role} {p.batch_size}")
+    if peer_chunk != p.chunk_rows:
+        raise ConfigError(f"{role}: {peer} streams chunk_rows {peer_chunk}, {role} "
+                          f"{p.chunk_rows}; both parties cut every batch at the same rows")
     if peer_dim < 1:
         raise ProtocolViolation(f"{role}: {peer} claims {peer_dim} features")
     if p.features is not None:
@@ -391,13 +481,27 @@ def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | Non
         s.previous = (done, w.copy(), stopped)
 
 
-def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray,
-                    enc_d: EncryptedArray, sk_own: paillier.PrivateKey | None,
+def _accumulate(t: Timings, acc: EncryptedArray | None, Xc: np.ndarray, enc_d: EncryptedArray
+                ) -> EncryptedArray:
+    """acc + X_cᵀ·[[d_c]] (O5, then O3): the chunk's share of the batch's encrypted gradient.
+
+    Σ_c X_cᵀ d_c = X_Bᵀ d_B over the chunks c of a batch B, and every term is an exact integer
+    (features encoded at the SDK's 2^-24, d at the job's scale), so the accumulated plaintext is
+    the very integer the whole batch's product would hold, whatever the chunking."""
+    with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
+        with t.crypto():
+            part = Xc.T @ enc_d
+            return part if acc is None else acc + part
+
+
+def _gradient_round(channel: Channel, t: Timings, tag: str, acc: EncryptedArray,
+                    sk_own: paillier.PrivateKey | None,
                     sent: SentCiphertexts | None, peer_shape: tuple[int, ...], *, own: str,
                     peer: str, arbiter: bool) -> np.ndarray:
-    """One party's half of a gradient exchange (the same for guest and host, ``own`` = "g" | "h").
+    """One party's half of a gradient exchange (the same for guest and host, ``own`` = "g" | "h"),
+    once per batch, on the batch's accumulated Xᵀ·[[d]] (``acc``).
 
-    Xᵀ·[[d]] is masked and sent to the holder of d's key (the peer, or the arbiter); in the two-party
+    It is masked and sent to the holder of d's key (the peer, or the arbiter); in the two-party
     protocol this party meanwhile decrypts the peer's masked gradient for it (a request of the
     peer's agreed gradient shape only).  Returns the gradient, unmasked, at this party's scale.
     """
@@ -405,7 +509,7 @@ def _gradient_round(channel: Channel, t: Timings, tag: str, Xb: np.ndarray,
     key_owner = "arbiter" if arbiter else peer
     with t.subtask("VFL: encrypted gradient & mask", "O5 matmul, O3 add, O1 obfuscate"):
         with t.crypto():
-            masked, r, scale = mask_gradient(Xb.T @ enc_d)
+            masked, r, scale = mask_gradient(acc)
     if sent is not None:
         sent.add(masked)
     channel.send(key_owner, f"{tag}/masked_{own}", masked)
@@ -454,16 +558,45 @@ def _maybe_fixed_base(p: VerticalParams, pk: paillier.PublicKey, be: Backend | N
                 pk.enable_fixed_base(backend=be)
 
 
-def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatrices,
+class _Progress:
+    """The progress bar over the job's chunks, and a log line at most every ``every`` seconds (a
+    party process without a terminal still shows where a long epoch is)."""
+
+    def __init__(self, advance: Advance, role: str, total: int, every: float = 10.0) -> None:
+        self.advance, self.role, self.total, self.every = advance, role, total, every
+        self.done = 0
+        self.last = time.monotonic()
+
+    def step(self, epoch: int, batch: int, batches: int, chunk: int, chunks: int) -> None:
+        self.advance(1)
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.every or self.done == self.total:
+            self.last = now
+            log.info("%s: %d/%d chunks (epoch %d, batch %d/%d, chunk %d/%d)", self.role,
+                     self.done, self.total, epoch, batch + 1, batches, chunk + 1, chunks)
+
+
+def _total_chunks(n: int, p: VerticalParams, s: _Session) -> int:
+    """Chunks of the epochs still to run (every epoch has the same batch lengths)."""
+    count = batch_count(n, p.batch_size, s.min_rows)
+    if count == 1:
+        lengths = [n]
+    else:
+        lengths = [p.batch_size] * (count - 1) + [n - (count - 1) * p.batch_size]
+    per_epoch = sum(-(-b // p.chunk_rows) for b in lengths)
+    return per_epoch * max(0, p.epochs - s.start)
+
+
+def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                  channel: Channel, be: Backend | None, t: Timings, progress: bool,
                  arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
-    y, y_test = m.y_train, m.y_test
-    if y is None or y_test is None:      # both come from the label column
+    if src.train(np.zeros(0, np.int64))[1] is None:
         raise ConfigError("guest: its data has no label column (the guest holds the labels)")
     ck = _checkpoint_path(p, job, "guest")
-    s = _handshake("guest", "host", channel, p, job, m, arbiter)
+    s = _handshake("guest", "host", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
     sent = None if arbiter else SentCiphertexts()
     if arbiter:
@@ -478,46 +611,57 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatr
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
         pk_h = _expect_key(channel.recv("host", "vfl/pk"), job, "the host")
-    total = sum(len(batches(n, p.batch_size, seed, e, s.min_rows))
-                for e in range(s.start, p.epochs))
     epoch = s.start
-    with progress_bar(total, f"guest {job['algorithm']}", progress) as advance:
+    with progress_bar(_total_chunks(n, p, s), f"guest {job['algorithm']}", progress) as advance:
+        prog = _Progress(advance, "guest", _total_chunks(n, p, s))
         for epoch in range(s.start, p.epochs):
             if stopped:
                 break
             w0 = w.copy()
-            plan = batches(n, p.batch_size, seed, epoch, s.min_rows)
+            plan = batch_rows(n, p.batch_size, seed, epoch, s.min_rows)
             if arbiter:
                 channel.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": len(plan),
                                                      "stop": False})
             for bi, b in enumerate(plan):
                 tag = f"vfl/e{epoch}/b{bi}"
-                Xb = m.X_train[b]
-                zg = Xb @ w
-                u = zg - 2.0 * (2.0 * y[b] - 1.0) if task == "lr" else zg - y[b]
-                if not arbiter:
-                    assert pk_own is not None and sent is not None   # two-party: own key pair
-                    with t.subtask("VFL: encrypt forward", "O1 enc"):
+                bounds = chunk_bounds(len(b), p.chunk_rows)
+                acc: EncryptedArray | None = None
+                for k, (lo, hi) in enumerate(bounds):
+                    Xc, yc = src.train(take_rows(b, lo, hi))
+                    assert yc is not None                   # checked above: the guest's labels
+                    zg = row_dot(Xc, w)
+                    u = zg - 2.0 * (2.0 * yc - 1.0) if task == "lr" else zg - yc
+                    if not arbiter:
+                        assert pk_own is not None and sent is not None   # own key pair
+                        with t.subtask("VFL: encrypt forward", "O1 enc"):
+                            with t.crypto():
+                                enc_u = EncryptedArray.encrypt(pk_own, u, scale_bits=p.scale_bits,
+                                                               backend=be, private_key=sk_own)
+                        sent.add(enc_u)
+                        send_chunk(channel, "host", f"{tag}/u", k, (lo, hi), enc_u)
+                    enc_zh = _expect(recv_chunk(channel, "host", f"{tag}/zh", k, (lo, hi),
+                                                len(bounds), "z_h"),
+                                     pk_h, (hi - lo,), "z_h", p.scale_bits)
+                    with t.subtask("VFL: encrypted residual", "O3 add"):
                         with t.crypto():
-                            enc_u = EncryptedArray.encrypt(pk_own, u, scale_bits=p.scale_bits,
-                                                           backend=be, private_key=sk_own)
-                    sent.add(enc_u)
-                    channel.send("host", f"{tag}/u", enc_u)
-                enc_zh = _expect(channel.recv("host", f"{tag}/zh"), pk_h, (len(b),), "z_h",
-                                 p.scale_bits)
-                with t.subtask("VFL: encrypted residual", "O3 add"):
-                    with t.crypto():
-                        enc_d = enc_zh + u
-                        if arbiter:
-                            enc_d_out = enc_d.obfuscate()
+                            enc_d = enc_zh + u
+                            if arbiter:
+                                enc_d_out = enc_d.obfuscate()
+                    if arbiter:
+                        send_chunk(channel, "host", f"{tag}/d", k, (lo, hi), enc_d_out)
+                    acc = _accumulate(t, acc, Xc, enc_d)
+                    prog.step(epoch, bi, len(plan), k, len(bounds))
+                if not arbiter:
+                    send_end(channel, "host", f"{tag}/u", len(bounds))
+                recv_end(channel, "host", f"{tag}/zh", len(bounds), "z_h")
                 if arbiter:
-                    channel.send("host", f"{tag}/d", enc_d_out)
-                g = _gradient_round(channel, t, tag, Xb, enc_d, sk_own, sent, (s.peer_dim,),
+                    send_end(channel, "host", f"{tag}/d", len(bounds))
+                assert acc is not None                      # every batch has rows
+                g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
                                     own="g", peer="host", arbiter=arbiter)
                 with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = g * factor / len(b) + p.l2 * m.l2_mask * w
+                    grad = g * factor / len(b) + p.l2 * src.l2_mask * w
                     w = w - p.learning_rate * grad
-                advance(1)
             dh2 = float(channel.recv("host", f"vfl/e{epoch}/dw2"))
             change = math.sqrt(float(((w - w0) ** 2).sum()) + dh2)
             stopped = p.tol is not None and change < p.tol
@@ -527,25 +671,46 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatr
     if arbiter:
         channel.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": 0, "stop": True})
     with t.subtask("VFL: evaluate (guest)", "plaintext"):
-        zh_test = np.asarray(channel.recv("host", "vfl/zh_test"), dtype=np.float64)
-        if zh_test.shape != (len(m.X_test),):
-            raise ProtocolViolation(f"host's test predictions have shape {zh_test.shape}, "
-                                    f"expected ({len(m.X_test)},)")
-        z = m.X_test @ w + zh_test
+        z, y_test = _guest_scores(channel, src, w, p.chunk_rows)
         metrics = ({"auc": roc_auc(y_test, sigmoid(z))} if task == "lr"
                    else {"r2": r2_score(y_test, z)})
     metrics.update({"epochs": int(epoch), "stopped_early": bool(stopped), "train_rows": int(n),
-                    "test_rows": int(len(m.X_test))})
-    return {"metrics": metrics, "model": {"weights": w.tolist(), "features": m.feature_names}}
+                    "test_rows": int(src.n_test)})
+    return {"metrics": metrics, "model": {"weights": w.tolist(), "features": src.feature_names}}
 
 
-def _train_host(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatrices,
+def _guest_scores(channel: Channel, src: RowSource, w: np.ndarray, chunk_rows: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """z = X_g·w_g + z_h of every held-out row, and the labels, with the host's z_h streamed in
+    chunks (plain float64 arrays of exactly the chunk's rows, all finite).  The scores and labels
+    are the only per-row arrays the guest keeps: AUC ranks all of them."""
+    bounds = chunk_bounds(src.n_test, chunk_rows)
+    z = np.empty(src.n_test)
+    y = np.empty(src.n_test)
+    for k, (lo, hi) in enumerate(bounds):
+        zh = recv_chunk(channel, "host", "vfl/zh_test", k, (lo, hi), len(bounds),
+                        "test predictions")
+        if not isinstance(zh, np.ndarray) or zh.dtype != np.float64 or zh.shape != (hi - lo,) \
+                or not np.isfinite(zh).all():
+            got = (f"{zh.dtype} {zh.shape}" if isinstance(zh, np.ndarray)
+                   else type(zh).__name__)
+            raise ProtocolViolation(f"host's test predictions of rows [{lo}, {hi}) must be "
+                                    f"{hi - lo} finite float64 values, got {got}")
+        Xc, yc = src.test(np.arange(lo, hi))
+        assert yc is not None
+        z[lo:hi] = row_dot(Xc, w) + zh
+        y[lo:hi] = yc
+    recv_end(channel, "host", "vfl/zh_test", len(bounds), "test predictions")
+    return z, y
+
+
+def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                 channel: Channel, be: Backend | None, t: Timings, progress: bool,
                 arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
     ck = _checkpoint_path(p, job, "host")
-    s = _handshake("host", "guest", channel, p, job, m, arbiter)
+    s = _handshake("host", "guest", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
     sent = None if arbiter else SentCiphertexts()
     if arbiter:
@@ -558,49 +723,63 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, m: PartyMatri
         channel.send("guest", "vfl/pk", pk_own)
         pk_g = _expect_key(channel.recv("guest", "vfl/pk"), job, "the guest")
     _maybe_fixed_base(p, pk_own, be, t)
-    total = sum(len(batches(n, p.batch_size, seed, e, s.min_rows))
-                for e in range(s.start, p.epochs))
-    with progress_bar(total, f"host {job['algorithm']}", progress) as advance:
+    with progress_bar(_total_chunks(n, p, s), f"host {job['algorithm']}", progress) as advance:
+        prog = _Progress(advance, "host", _total_chunks(n, p, s))
         for epoch in range(s.start, p.epochs):
             if stopped:
                 break
             w0 = w.copy()
-            for bi, b in enumerate(batches(n, p.batch_size, seed, epoch, s.min_rows)):
+            plan = batch_rows(n, p.batch_size, seed, epoch, s.min_rows)
+            for bi, b in enumerate(plan):
                 tag = f"vfl/e{epoch}/b{bi}"
-                Xb = m.X_train[b]
-                zh = Xb @ w
-                with t.subtask("VFL: encrypt forward", "O1 enc"):
-                    with t.crypto():
-                        enc_zh = EncryptedArray.encrypt(pk_own, zh, scale_bits=p.scale_bits,
-                                                        backend=be, private_key=sk_own)
-                if sent is not None:
-                    sent.add(enc_zh)
-                channel.send("guest", f"{tag}/zh", enc_zh)
-                if arbiter:
-                    enc_d = _expect(channel.recv("guest", f"{tag}/d"), pk_own, (len(b),),
-                                    "residual", p.scale_bits)
-                else:
-                    assert pk_g is not None          # two-party: the guest's key was received
-                    enc_u = _expect(channel.recv("guest", f"{tag}/u"), pk_g, (len(b),), "u",
-                                    p.scale_bits)
-                    with t.subtask("VFL: encrypted residual", "O3 add"):
+                bounds = chunk_bounds(len(b), p.chunk_rows)
+                acc: EncryptedArray | None = None
+                for k, (lo, hi) in enumerate(bounds):
+                    Xc, _ = src.train(take_rows(b, lo, hi))
+                    zh = row_dot(Xc, w)
+                    with t.subtask("VFL: encrypt forward", "O1 enc"):
                         with t.crypto():
-                            enc_d = enc_u + zh
-                g = _gradient_round(channel, t, tag, Xb, enc_d, sk_own, sent, (s.peer_dim,),
+                            enc_zh = EncryptedArray.encrypt(pk_own, zh, scale_bits=p.scale_bits,
+                                                            backend=be, private_key=sk_own)
+                    if sent is not None:
+                        sent.add(enc_zh)
+                    send_chunk(channel, "guest", f"{tag}/zh", k, (lo, hi), enc_zh)
+                    if arbiter:
+                        enc_d = _expect(recv_chunk(channel, "guest", f"{tag}/d", k, (lo, hi),
+                                                   len(bounds), "residual"),
+                                        pk_own, (hi - lo,), "residual", p.scale_bits)
+                    else:
+                        assert pk_g is not None          # two-party: the guest's key was received
+                        enc_u = _expect(recv_chunk(channel, "guest", f"{tag}/u", k, (lo, hi),
+                                                   len(bounds), "u"),
+                                        pk_g, (hi - lo,), "u", p.scale_bits)
+                        with t.subtask("VFL: encrypted residual", "O3 add"):
+                            with t.crypto():
+                                enc_d = enc_u + zh
+                    acc = _accumulate(t, acc, Xc, enc_d)
+                    prog.step(epoch, bi, len(plan), k, len(bounds))
+                send_end(channel, "guest", f"{tag}/zh", len(bounds))
+                recv_end(channel, "guest", f"{tag}/d" if arbiter else f"{tag}/u", len(bounds),
+                         "residual" if arbiter else "u")
+                assert acc is not None                      # every batch has rows
+                g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
                                     own="h", peer="guest", arbiter=arbiter)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = g * factor / len(b) + p.l2 * w
                     w = w - p.learning_rate * grad
-                advance(1)
             channel.send("guest", f"vfl/e{epoch}/dw2", float(((w - w0) ** 2).sum()))
             stopped = channel.recv("guest", f"vfl/e{epoch}/stop")
             if not isinstance(stopped, bool):
                 raise ProtocolViolation(f"host: stop decision must be a bool, got "
                                         f"{type(stopped).__name__}")
             _end_epoch_checkpoint("host", "guest", channel, ck, s, w, epoch, seed, stopped)
-    channel.send("guest", "vfl/zh_test", m.X_test @ w)
+    bounds = chunk_bounds(src.n_test, p.chunk_rows)
+    for k, (lo, hi) in enumerate(bounds):
+        send_chunk(channel, "guest", "vfl/zh_test", k, (lo, hi),
+                   row_dot(src.test(np.arange(lo, hi))[0], w))
+    send_end(channel, "guest", "vfl/zh_test", len(bounds))
     return {"metrics": {"train_rows": int(n)}, "model": {"weights": w.tolist(),
-                                                         "features": m.feature_names}}
+                                                         "features": src.feature_names}}
 
 
 def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
@@ -673,13 +852,21 @@ def train(role: str, job: dict, channel: Channel, backend: Backend | None, task:
             raise ConfigError(f"dataset {job['dataset']!r} is for {TASKS[job['dataset']]} tasks, "
                               f"not {task}")
     peer = "host" if role == "guest" else "guest"
-    if ids is None:
-        ids = sorted_ids(load_party(job["dataset"], role, data_dir).ids)
-        _check_alignment(role, peer, channel, ids)
-    m = prepare(role, job["dataset"], ids, p, job["seed"], data_dir)
+    src: RowSource
+    if job["dataset"] == synthetic.SYNTHETIC:
+        if ids is not None:
+            raise ConfigError("dataset 'synthetic' is aligned by construction: no PSI step")
+        spec = synthetic.spec_of(job)
+        synthetic.check_alignment(role, peer, channel, spec.rows)
+        src = synthetic.SyntheticParty(spec, role, job["seed"], p.test_fraction, p.fit_intercept)
+    else:
+        if ids is None:
+            ids = sorted_ids(load_party(job["dataset"], role, data_dir).ids)
+            _check_alignment(role, peer, channel, ids)
+        src = prepare(role, job["dataset"], ids, p, job["seed"], data_dir)
     fn = _train_guest if role == "guest" else _train_host
-    out = fn(job, p, task, m, channel, backend, timings, progress, arbiter)
-    out["metrics"]["data_file"] = Path(m.source).name   # says when the bundled sample was used
+    out = fn(job, p, task, src, channel, backend, timings, progress, arbiter)
+    out["metrics"]["data_file"] = Path(src.source).name   # says when the bundled sample was used
     return out
 
 
