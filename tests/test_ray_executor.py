@@ -73,8 +73,9 @@ def cluster():
 
 
 def ray_config(cluster: Cluster, **section) -> PartyConfig:
+    # every op and batch to the workers, unless a test says otherwise
     ray_section = {"address": cluster.address, "workers": 2, "start_timeout_s": 60,
-                   "min_rows": 4, **section}
+                   "min_rows": 4, "local_ops": [], **section}
     return PartyConfig.model_validate({"party": "guest", "backend": LOCAL, "fallback": ["cpu"],
                                        "executor": "ray", "ray": ray_section})
 
@@ -330,6 +331,28 @@ def test_ray_options_are_checked_by_the_schema():
     with pytest.raises(ValueError, match="unknown backend"):
         PartyConfig.model_validate({"party": "guest", "executor": "ray",
                                     "ray": {"backend": "tpu"}})
+    with pytest.raises(ValueError, match="not ops of the contract"):
+        PartyConfig.model_validate({"party": "guest", "executor": "ray",
+                                    "ray": {"local_ops": ["montmul"]}})
+
+
+def test_cheap_ops_stay_in_the_party_process_by_default(cluster):
+    """A MontMult per element costs less to compute than to ship: by default (local_ops) it never
+    reaches a worker, whatever the batch size; an encryption does."""
+    cfg = ray_config(cluster)
+    data = cfg.model_dump()
+    del data["ray"]["local_ops"]
+    be = backend_from_config(PartyConfig.model_validate(data))
+    try:
+        ctx = base_op.mont_context(random_odd_modulus(2048))
+        a = ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(500)])
+        assert _same(base_op.mont_mul(be, ctx, a, a), base_op.mont_mul(CPU, ctx, a, a))
+        e = mod_op.exp_limbs([secrets.randbits(64) for _ in range(500)])
+        assert _same(mod_op.mod_exp(be, ctx, a, e), mod_op.mod_exp(CPU, ctx, a, e))
+        on_workers = {r["op"] for r in be.report() if r["device"].startswith("ray worker")}
+        assert "mod_exp" in on_workers and "mont_mul" not in on_workers
+    finally:
+        be.close()
 
 
 def test_executor_ray_in_a_fate_workers_config_is_refused_not_ignored(tmp_path, monkeypatch):

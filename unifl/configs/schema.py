@@ -181,6 +181,10 @@ class RaySection(_Section):
     #: a batch of fewer rows runs in the party's process (a round trip to a worker would cost more
     #: than it saves), and no worker gets a piece of fewer rows
     min_rows: int = Field(32, ge=1)
+    #: ops that run in the party's process whatever the batch size: those that cost less to
+    #: compute than to ship (a MontMult mod n² per element: 0.71x in process on the same cores,
+    #: docs/scale.md); [] ships every op
+    local_ops: list[str] = Field(default_factory=lambda: ["mont_mul", "mod_mul"])
     #: a worker that has not returned a piece after this long is stopped and its piece re-run
     #: elsewhere (a hung device); null: no limit (a piece takes as long as its batch needs)
     piece_timeout_s: Optional[float] = Field(None, gt=0)
@@ -207,6 +211,16 @@ class RaySection(_Section):
     def _fallback(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         for name in v or []:
             _check_backend(name, allow_auto=False)
+        return v
+
+    @field_validator("local_ops")
+    @classmethod
+    def _local_ops(cls, v: list[str]) -> list[str]:
+        from ..core.contract import OPS
+        unknown = [op for op in v if op not in OPS]
+        if unknown:
+            raise ValueError(f"ray.local_ops: {unknown} are not ops of the contract; ops: "
+                             f"{', '.join(OPS)}")
         return v
 
     @field_validator("resources_per_worker")

@@ -75,7 +75,8 @@ class RayBackend(ChainMember):
     native_ops = frozenset(OPS)
 
     def __init__(self, conn: Connection, proxies: list[RayWorkerProxy], shipper: Shipper,
-                 local: ChainMember, private_key_ops: str = "local", min_rows: int = 32) -> None:
+                 local: ChainMember, private_key_ops: str = "local", min_rows: int = 32,
+                 local_ops: frozenset[str] = frozenset()) -> None:
         super().__init__()
         if not proxies:
             raise ValueError("RayBackend needs at least one worker")
@@ -85,6 +86,7 @@ class RayBackend(ChainMember):
         self.local = local
         self.private_key_ops = private_key_ops
         self.min_rows = max(1, int(min_rows))
+        self.local_ops = frozenset(local_ops)
         members = [CountingBackend(p, device=p.device) for p in self.proxies]
         self.multi = MultiDeviceBackend(members, ThreadExecutor(len(members)),
                                         min_rows=self.min_rows, failover="members")
@@ -127,8 +129,9 @@ class RayBackend(ChainMember):
     # ---- running
     def stays_local(self, op: str, args: tuple) -> bool:
         """True when ``op`` runs in the party's process: an op on the party's private key (unless
-        ``private_key_ops`` is "workers"), a public op on one of that key's secret moduli, or a
-        batch too small to be worth a round trip to a worker."""
+        ``private_key_ops`` is "workers"), a public op on one of that key's secret moduli, an op
+        of ``local_ops`` (cheaper to compute than to ship), or a batch too small to be worth a
+        round trip to a worker."""
         if self.private_key_ops == "local":
             if op in SECRET_OPS:
                 self._remember_secrets(op, args)
@@ -136,6 +139,8 @@ class RayBackend(ChainMember):
             ctx = args[0] if args else None
             if isinstance(ctx, MontContext) and ctx.m in self._secret_moduli:
                 return True
+        if op in self.local_ops:
+            return True
         try:
             return batch_elements(op, args) < self.min_rows
         except Exception:  # noqa: BLE001 - malformed: the op itself will say what is wrong

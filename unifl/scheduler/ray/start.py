@@ -157,7 +157,8 @@ def ray_backend(cfg: PartyConfig) -> RayBackend:
     private_ok = section.private_key_ops == "workers"
     proxies = [RayWorkerProxy(actor, info, shipper, private_ok, section.piece_timeout_s)
                for actor, info in started]
-    be = RayBackend(conn, proxies, shipper, local, section.private_key_ops, section.min_rows)
+    be = RayBackend(conn, proxies, shipper, local, section.private_key_ops, section.min_rows,
+                    frozenset(section.local_ops))
     chosen = sorted({str(info["backend"]) for _, info in started})
     be.selection = {
         "requested": cfg.backend, "chosen": chosen[0] if len(chosen) == 1 else "+".join(chosen),
