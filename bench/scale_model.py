@@ -115,18 +115,18 @@ def plot(data: dict[str, Any], path: str) -> None:
         x = inputs(row, data["driver"])
         for n, style in ((20_000, "--"), (1_000_000, "-")):
             ys = [project(x, w, n, LINKS_GBIT[1])[0] for w in ws]
-            ax.plot(ws, ys, style, label=f"{row['row']}, N={n:,}")
+            ax.plot(ws, ys, style, label=f"{row['row']}, {n:,} elements per batch")
         ax.plot([data["workers"]], [row["ray_per_s"]], "k.")
-    ax.axvline(512, color="grey", lw=0.8)
-    ax.text(512, ax.get_ylim()[0] if ax.get_ylim()[0] > 0 else 1, " 8 nodes x 64 cores",
-            rotation=90, va="bottom", fontsize=7, color="grey")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.axvline(512, color="grey", lw=0.8)
+    ax.text(512 * 1.08, ax.get_ylim()[1] / 3, "8 nodes x 64 cores", rotation=90, va="top",
+            fontsize=7, color="grey")
     ax.set_xlabel("Ray workers (1 core each)")
     ax.set_ylabel("elements / s (projected; dots: measured)")
     ax.set_title(f"One party on its Ray cluster, {data['bits']}-bit key (model, 25 Gbit/s link)",
                  fontsize=9)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(fontsize=6, loc="upper left")
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
