@@ -277,6 +277,27 @@ def test_a_worker_that_stops_answering_is_stopped_and_its_piece_rerun(cluster):
         be.close()
 
 
+def test_a_local_instance_listens_on_the_loopback_only():
+    """address: null serves the party's process alone: its GCS and workers bind 127.0.0.1, not the
+    machine's network address (Ray's default), checked in a fresh process that imports Ray after
+    UniFL decided, as a party process does."""
+    import subprocess
+    import sys
+    code = (
+        "from unifl.configs import PartyConfig\n"
+        "from unifl.scheduler import backend_from_config\n"
+        "be = backend_from_config(PartyConfig.model_validate({'party': 'guest', 'executor': 'ray',"
+        " 'ray': {'address': None, 'workers': 1, 'start_timeout_s': 60}}))\n"
+        "print(be.selection['ray']['gcs_address'], be.proxies[0].info['node_ip'])\n"
+        "be.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gcs, node_ip = out.stdout.split()[-2:]
+    assert gcs.startswith("127.0.0.1:") and node_ip == "127.0.0.1"
+
+
 # ------------------------------------------------------------------ configuration errors
 def _free_port() -> int:
     with socket.socket() as s:

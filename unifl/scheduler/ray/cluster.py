@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from types import ModuleType
@@ -112,6 +113,23 @@ def _init_bounded(ray: ModuleType, timeout: float, where: str, keep: threading.E
         raise exc
 
 
+#: Ray reads it once, at import: "0" makes a node bind 127.0.0.1 instead of the machine's routable
+#: address (Ray's own switch, named for the platforms where that is its default)
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _loopback_only() -> None:
+    """A local instance (``address: null``) serves this process alone, so its GCS, raylet and
+    workers listen on the loopback only -- unless Ray was imported before with another setting,
+    which is then said."""
+    if "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_SWITCH, "0")
+    if os.environ.get(LOOPBACK_SWITCH) != "0":
+        log.warning("ray.address null: Ray was imported before UniFL could keep its local instance "
+                    "on the loopback (set %s=0 before importing ray); it listens on this "
+                    "machine's network address", LOOPBACK_SWITCH)
+
+
 def connect(address: str | None, timeout: float) -> Connection:
     """Join the party's cluster at ``address`` (``"auto"``, ``HOST:PORT``) or start a local Ray
     instance (None); reuse the connection this process already has to the same cluster.
@@ -122,6 +140,8 @@ def connect(address: str | None, timeout: float) -> Connection:
             is already the driver of another cluster.
     """
     global _current
+    if address is None:
+        _loopback_only()
     ray = import_ray()
     with _guard:
         cur = _current
