@@ -165,3 +165,25 @@ def test_one_device_per_instance():
     assert GpuBackend(device=0).devices[0].startswith("cuda:0")
     with pytest.raises(ConfigError, match="device"):
         GpuBackend(device=count)
+
+
+def test_cuda_is_compiled_only_where_it_can_run_or_is_asked_for(tmp_path, monkeypatch):
+    """The build step's decision (setup.py loads build.py by path, as here): no driver and no
+    request skips nvcc and says how to ask; a driver, UNIFL_CUDA_BUILD=1, UNIFL_REQUIRE_CUDA_BUILD=1,
+    NVCC or CGBN_INCLUDE_DIR compiles; UNIFL_NO_CUDA=1 / UNIFL_CUDA_BUILD=0 always skip."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "unifl_gpu_build", os.path.join(os.path.dirname(runtime.__file__), "build.py"))
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    monkeypatch.setattr(build, "DRIVER_MARKS", (str(tmp_path / "nvidiactl"),))
+    wanted, why = build.cuda_wanted({})
+    assert not wanted and "no NVIDIA GPU driver" in why and "UNIFL_CUDA_BUILD=1" in why
+    for env in ({"UNIFL_CUDA_BUILD": "1"}, {"UNIFL_REQUIRE_CUDA_BUILD": "1"},
+                {"NVCC": "/opt/cuda/bin/nvcc"}, {"CGBN_INCLUDE_DIR": "/opt/CGBN/include"}):
+        assert build.cuda_wanted(env)[0], env
+    (tmp_path / "nvidiactl").write_text("")
+    assert build.cuda_wanted({}) == (True, f"an NVIDIA driver is here ({tmp_path / 'nvidiactl'})")
+    for env in ({"UNIFL_NO_CUDA": "1"}, {"UNIFL_CUDA_BUILD": "0", "NVCC": "nvcc"}):
+        assert not build.cuda_wanted(env)[0], env

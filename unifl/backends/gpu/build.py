@@ -9,8 +9,12 @@ so this file imports only the standard library, setuptools and pybind11).
    this Python -- the pinned 13.0 of requirements-cuda.txt / the ``[cuda]`` extra --, then PATH)
    for sm_80 and sm_90 (SASS for both, PTX for compute_90), every warning an error.  Without nvcc
    the build goes on and says why; the reason is recorded in ``_build_info.json`` beside the
-   library for the gpu backend's probe.  ``UNIFL_NO_CUDA=1`` skips it;
-   ``UNIFL_REQUIRE_CUDA_BUILD=1`` makes a missing nvcc or a failed compile fatal (CI).
+   library for the gpu backend's probe.  It is compiled only where it can run or is asked for:
+   an NVIDIA driver on this machine (``/dev/nvidiactl``, ``/proc/driver/nvidia``), or
+   ``UNIFL_CUDA_BUILD=1``, ``UNIFL_REQUIRE_CUDA_BUILD=1``, ``NVCC`` or ``CGBN_INCLUDE_DIR`` set;
+   elsewhere the minutes of nvcc buy nothing, so the build says it skipped and how to ask for it.
+   ``UNIFL_NO_CUDA=1`` (or ``UNIFL_CUDA_BUILD=0``) always skips it; ``UNIFL_REQUIRE_CUDA_BUILD=1``
+   makes a missing nvcc or a failed compile fatal (CI).
    ``CGBN_INCLUDE_DIR=<CGBN>/include`` adds the optional CGBN variant (docs/gpu.md).
 
 The library is rebuilt only when a kernel source or this file is newer than it.
@@ -99,10 +103,33 @@ def _find_nvcc() -> tuple[str | None, str]:
                   "or set NVCC/CUDA_HOME)")
 
 
+#: where the NVIDIA kernel driver shows itself on Linux
+DRIVER_MARKS = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
+
+
+def cuda_wanted(env: dict[str, str] | None = None) -> tuple[bool, str]:
+    """(compile the CUDA library?, why): see the module doc."""
+    env = dict(os.environ) if env is None else env
+    if env.get("UNIFL_NO_CUDA") == "1" or env.get("UNIFL_CUDA_BUILD") == "0":
+        return False, "skipped: UNIFL_NO_CUDA=1 / UNIFL_CUDA_BUILD=0 at build time"
+    for var in ("UNIFL_REQUIRE_CUDA_BUILD", "UNIFL_CUDA_BUILD"):
+        if env.get(var) == "1":
+            return True, f"{var}=1"
+    for var in ("NVCC", "CGBN_INCLUDE_DIR"):
+        if env.get(var):
+            return True, f"{var} is set"
+    for mark in DRIVER_MARKS:
+        if os.path.exists(mark):
+            return True, f"an NVIDIA driver is here ({mark})"
+    return False, ("skipped: no NVIDIA GPU driver on this machine at build time, so the kernels "
+                   "could not run here; UNIFL_CUDA_BUILD=1 compiles them anyway (nvcc from "
+                   "requirements-cuda.txt or the unifl[cuda] extra)")
+
+
 def _build_cuda(folder: str, out_dir: str) -> None:
     info: dict[str, Any] = {"built": False}
-    nvcc, how = (None, "UNIFL_NO_CUDA=1 at build time") if os.environ.get("UNIFL_NO_CUDA") == "1" \
-        else _find_nvcc()
+    wanted, why = cuda_wanted()
+    nvcc, how = (None, why) if not wanted else _find_nvcc()
     target = os.path.join(out_dir, LIBRARY)
     src = os.path.join(folder, "src")
     if nvcc is None:
