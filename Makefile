@@ -5,22 +5,23 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
+DEV_STAMP := $(VENV)/.unifl-dev-installed
 
 .PHONY: demo test test-full test-fate lint bench build devices fuzz clean
 
 demo: build
 	$(BIN)/unifl demo
 
-test: build lint
+test: build $(DEV_STAMP) lint
 	$(BIN)/python -m pytest -q -rs -m "not slow" -p no:cacheprovider
 
 # the architecture (pyproject.toml [tool.importlinter]: layers, backends on core only, no cycles) and
 # the types ([tool.mypy]); docs/architecture.md explains both.  Needs the venv, not the build.
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 
-test-full: build
+test-full: build $(DEV_STAMP)
 	UNIFL_FULL=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
 # ---- FATE plugin: FATE lives in its own venv (pyfate pins pydantic 1, we use 2) -------
@@ -41,7 +42,7 @@ test-fate: build $(FATE_STAMP)
 	PYTHONPATH=$(CURDIR) $(FATE_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_fate_kit.py tests/test_fate_launcher.py
 # ------------------------------------------------------------------------------------------------
 
-bench: build
+bench: build $(DEV_STAMP)
 	$(BIN)/unifl bench
 
 devices: build
@@ -50,12 +51,12 @@ devices: build
 # coverage-guided fuzzing (atheris) of every parser of peer/user input: >= 10^5 inputs per harness,
 # 0 crashes; prints inputs and seconds per harness.  FUZZ_RUNS=2000 for a quick pass.
 FUZZ_RUNS ?= 100000
-fuzz: build
+fuzz: build $(DEV_STAMP)
 	$(BIN)/python fuzz/run.py --runs $(FUZZ_RUNS)
 
 # (re)build the compiled parts in place; cheap when nothing changed
 build: $(STAMP)
-	$(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/python setup.py -q build_ext --inplace --parallel 2
 
 $(STAMP): requirements.txt requirements-cuda.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -70,8 +71,13 @@ $(STAMP): requirements.txt requirements-cuda.txt setup.py
 	  echo "unifl: no NVIDIA GPU driver here: the CUDA toolchain and kernels are skipped (the gpu"; \
 	  echo "unifl: kernel bodies are still built and tested on the CPU); UNIFL_CUDA_BUILD=1 builds them"; \
 	fi
-	$(BIN)/python -m pip install -q --no-build-isolation -e .
+	UNIFL_REGISTER_ONLY=1 $(BIN)/python -m pip install -q --no-build-isolation -e .   # `build` compiles
 	touch $(STAMP)
+
+# the tests, lint, baselines and Ray: not needed by `make demo`, so a first demo does not wait for them
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	touch $(DEV_STAMP)
 
 clean:
 	rm -rf build $(VENV) .mypy_cache unifl/backends/*/*.so

@@ -75,6 +75,10 @@ def _hook(module: ModuleType, name: str):
 
 ext_modules = []
 package_data = ["configs/*.yaml", "app/transport/*.proto", "app/data/*"]
+#: the Makefile's editable install registers the package only; `make build` then compiles the
+#: extensions once, in place and in parallel (an editable build compiles in a throwaway directory,
+#: so the in-place build after it would compile everything a second time)
+REGISTER_ONLY = os.environ.get("UNIFL_REGISTER_ONLY") == "1"
 # ray: executor: ray (unifl.scheduler.ray), a party's batches on its own Ray cluster
 extras_require = {"test": ["pytest", "hypothesis", "phe"], "ray": ["ray==2.60.0"]}
 for ctx, step in BUILD_STEPS:
@@ -123,6 +127,6 @@ setup(
                       "typer>=0.9", "grpcio>=1.60", "protobuf>=5", "cryptography>=42"],
     extras_require=extras_require,
     cmdclass={"build_ext": BuildExt},
-    ext_modules=ext_modules,
+    ext_modules=[] if REGISTER_ONLY else ext_modules,
     entry_points={"console_scripts": ["unifl=unifl.cli:main"], **FATE_ENTRY_POINTS},
 )
