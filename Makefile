@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 DEV_STAMP := $(VENV)/.unifl-dev-installed
 
-.PHONY: demo test test-full test-fate lint bench build devices fuzz clean
+.PHONY: demo test test-full test-fate lint bench build devices fuzz wheel check-wheel clean
 
 demo: build
 	$(BIN)/unifl demo
@@ -73,6 +73,23 @@ $(STAMP): requirements.txt requirements-cuda.txt setup.py
 	fi
 	UNIFL_REGISTER_ONLY=1 $(BIN)/python -m pip install -q --no-build-isolation -e .   # `build` compiles
 	touch $(STAMP)
+
+# ---- the installable package: an sdist and a wheel in dist/ (the wheel carries the compiled
+# extensions; UNIFL_CUDA_BUILD=1 adds the CUDA kernels, left out here as on any machine without a
+# GPU), then a clean venv installs the wheel with the fpga extra and runs `unifl devices` and
+# `unifl demo` in a folder outside the source tree (CI runs this)
+WHEEL_VENV := build/wheel-venv
+wheel: $(DEV_STAMP)
+	rm -rf dist
+	env -u UNIFL_REQUIRE_CUDA_BUILD UNIFL_CUDA_BUILD=0 $(BIN)/python -m build --no-isolation -o dist .
+
+check-wheel: wheel
+	rm -rf $(WHEEL_VENV) build/wheel-run
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls dist/unifl-*.whl)[fpga]"
+	mkdir -p build/wheel-run
+	cd build/wheel-run && ../wheel-venv/bin/unifl devices && ../wheel-venv/bin/unifl demo
+	@echo "check-wheel: the wheel $$(ls dist/*.whl) installed in a clean venv and ran the demo"
 
 # the tests, lint, baselines and Ray: not needed by `make demo`, so a first demo does not wait for them
 $(DEV_STAMP): $(STAMP) requirements-dev.txt

@@ -12,6 +12,7 @@ from typing import Any, List, Mapping, Optional
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -30,8 +31,10 @@ def devices() -> None:
         table.add_column(col)
     for name in registry.names():
         pr = registry.probe(name)
-        table.add_row(name, "yes" if pr.available else "[red]no[/red]", ", ".join(pr.devices),
-                      pr.stand_in or "-", pr.reason)
+        # names and reasons are text, not markup: "unifl[cuda]" must print as written
+        table.add_row(name, "yes" if pr.available else "[red]no[/red]",
+                      escape(", ".join(pr.devices)), escape(pr.stand_in or "-"),
+                      escape(pr.reason))
     console.print(table)
 
 
