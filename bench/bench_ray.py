@@ -128,12 +128,10 @@ def main() -> None:
                     sent = tuple(b - b0 for b, b0 in zip(_bytes(be), sent0))
                     rate = elements / secs
                     best[(row, name)] = max(best.get((row, name), 0.0), rate)
-                    key = row
-                    if key in results and name == "ray":
-                        if not np.array_equal(np.asarray(results[key]), np.asarray(out)):
-                            sys.exit(f"{row}: the Ray executor's result differs from threads")
-                    elif name == "threads":
-                        results[key] = out
+                    if name == "threads":
+                        results[row] = out
+                    elif not np.array_equal(np.asarray(results[row]), np.asarray(out)):
+                        sys.exit(f"{row}: the Ray executor's result differs from threads")
                     if name == "ray":
                         pieces[row] = piece_figures(be, secs, elements, sent, _busy(be) - busy0)
                     print(f"  rep {rep + 1}/{args.reps}  {row:24s} {name:8s} {secs:8.2f} s  "

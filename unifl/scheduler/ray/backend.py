@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from ...core.backend import OPS
-from ...core.contract import SECRET_OPS, SIGNATURES, define_ops
+from ...core.contract import SECRET_OPS, define_ops
 from ...core.keys import PaillierPrivateMaterial
 from ...core.montgomery import MontContext
 from ..counting import CountingBackend
@@ -44,19 +44,17 @@ class ProcessLink(ChainMember):
     forwards: the chain keeps its own fallback, counters and report (reported by
     :class:`RayBackend` itself, so they are not listed twice)."""
 
+    native_ops = frozenset(OPS)      # run natively or composed there, by run_op
+
     def __init__(self, local: ChainMember) -> None:
         super().__init__()
         self.local = local
         self.name = local.name               # type: ignore[misc]
-        self.native_ops = frozenset(OPS)     # type: ignore[misc]  # composed there if need be
         self.device = "the party's process"
         self.selection: dict[str, Any] = {}
 
-    def __getattr__(self, item: str) -> Any:
-        if item.startswith("op_") and item[3:] in SIGNATURES:
-            op = item[3:]
-            return lambda *args: run_op(self.local, op, args)
-        raise AttributeError(item)
+    def _run(self, op: str, args: tuple) -> Any:
+        return run_op(self.local, op, args)
 
     def own_report(self) -> list[dict]:
         return []
@@ -112,19 +110,16 @@ class RayBackend(ChainMember):
         return (f"ray cluster {self.conn.gcs_address}: {len(self.proxies)} workers "
                 f"({', '.join(kinds)})")
 
-    def implements(self, op: str) -> bool:
-        return op in OPS
-
     def live_workers(self) -> list[RayWorkerProxy]:
         """The workers still in use (a lost one is never used again in the job)."""
         return [self.proxies[i] for i in self.multi.live_members()]
 
     def lost_workers(self) -> list[dict[str, str]]:
         """{worker, reason} of each worker lost so far."""
-        live = {id(p) for p in self.live_workers()}
+        live = set(self.multi.live_members())
         reasons = {ev["from_device"]: ev["reason"] for ev in self._spill.events}
         return [{"worker": p.device, "reason": reasons.get(p.device, "")}
-                for p in self.proxies if id(p) not in live]
+                for i, p in enumerate(self.proxies) if i not in live]
 
     # ---- running
     def stays_local(self, op: str, args: tuple) -> bool:
@@ -195,5 +190,6 @@ class RayBackend(ChainMember):
             release(self.conn)
 
 
+define_ops(ProcessLink, "_run", "On the party's own chain, in its process.")
 define_ops(RayBackend, "_run", "In the party's process or split over its Ray workers "
            "(see RayBackend).")
