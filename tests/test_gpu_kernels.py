@@ -33,14 +33,22 @@ GPU = registry.probe("gpu")
 NEEDS_GPU = pytest.mark.skipif(not GPU.available, reason=f"gpu backend unavailable: {GPU.reason}")
 
 
-@pytest.fixture(scope="module", params=[pytest.param(k, marks=NO_HOST) for k in LAYOUTS]
-                + [pytest.param("cuda", marks=[pytest.mark.gpu, NEEDS_GPU])])
+KERNELS = ("thread", "group")
+
+
+@pytest.fixture(scope="module",
+                params=[pytest.param((lay, k), marks=NO_HOST, id=f"{lay}-{k}")
+                        for lay in LAYOUTS for k in KERNELS]
+                + [pytest.param(("cuda", k), marks=[pytest.mark.gpu, NEEDS_GPU], id=f"cuda-{k}")
+                   for k in KERNELS])
 def kern(request):
-    """The kernel bodies on the host CPU in both batch layouts and, where a GPU exists, the same
-    bodies as CUDA kernels on the device (``cuda``), each checked by the same assertions."""
-    if request.param == "cuda":
-        return unifl.backend("gpu")
-    be = GpuHostBackend(soa=LAYOUTS[request.param], threads=2)
+    """Both kernel families (one thread per instance; cooperative groups) on the host CPU in both
+    batch layouts and, where a GPU exists, as CUDA kernels on the device (``cuda``), each checked
+    by the same assertions."""
+    where, kernels = request.param
+    if where == "cuda":
+        return unifl.backend("gpu", kernels=kernels)
+    be = GpuHostBackend(soa=LAYOUTS[where], threads=2, kernels=kernels)
     be.probe_result = GpuHostBackend.probe()
     return be
 

@@ -31,8 +31,9 @@ except ImportError as exc:  # extension not built
     _gpu_host = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc)
 
-#: a harness entry point: (key, *operands, *tail, soa, threads) -> result rows
-_Kernel = Callable[..., np.ndarray]
+#: a harness entry point: (key, *operands, *tail, soa, threads) -> result rows (or, for inverse,
+#: (rows, count))
+_Kernel = Callable[..., Any]
 
 STAND_IN = "CUDA kernel bodies run on the host CPU (no GPU)"
 
@@ -60,6 +61,8 @@ class HostEngine:
         self.threads = int(threads or os.environ.get("UNIFL_THREADS") or os.cpu_count() or 1)
         self.resident = resident
         self.counts = {"launches": 0, "uploads": 0, "downloads": 0}
+        #: small, so the tests' batches exercise the multi-part reductions
+        self.parallel_groups = 8
 
     def counters(self) -> dict[str, int]:
         """Kernel calls, staged host-operand transfers (key blobs included) and downloads so far."""
@@ -72,9 +75,10 @@ class HostEngine:
         self.counts["uploads"] += 1
         return np.ascontiguousarray(blob, dtype=np.uint64)
 
-    def _call(self, fn: _Kernel, key: np.ndarray, *operands: Limbs, tail: tuple[int, ...] = ()
-              ) -> Limbs:
-        """One kernel call: own batches in place, host operands staged (one upload for all)."""
+    def _call(self, fn: _Kernel, key: np.ndarray, *operands: Limbs, tail: tuple[Any, ...] = (),
+              pair: bool = False, **kw: Any) -> Any:
+        """One kernel call: own batches in place, host operands staged (one upload for all);
+        ``pair``: the harness returns (rows, extra)."""
         staged = False
         args = []
         for x in operands:
@@ -85,26 +89,58 @@ class HostEngine:
                 args.append(np.ascontiguousarray(x, dtype=np.uint64))
         self.counts["uploads"] += int(staged)
         self.counts["launches"] += 1
-        out = fn(key, *args, *tail, self.soa, self.threads)
+        out = fn(key, *args, *tail, self.soa, self.threads, **kw)
+        if pair:
+            rows, extra = out
+            return (HostBatch(self, rows) if self.resident else rows), extra
         return HostBatch(self, out) if self.resident else out
 
-    def mul(self, key: np.ndarray, a: Limbs, b: Limbs, mode: int) -> Limbs:
-        return self._call(_gpu_host.mul, key, a, b, tail=(mode,))
+    def mul(self, key: np.ndarray, a: Limbs, b: Limbs, mode: int, group: bool) -> Limbs:
+        return self._call(_gpu_host.mul, key, a, b, tail=(mode,), group=group)
 
-    def exp(self, key: np.ndarray, base: Limbs, exps: np.ndarray, mode: int) -> Limbs:
-        return self._call(_gpu_host.exp, key, base, exps, tail=(mode,))
+    def exp(self, key: np.ndarray, base: Limbs, exps: np.ndarray, mode: int, group: bool) -> Limbs:
+        return self._call(_gpu_host.exp, key, base, exps, tail=(mode,), group=group)
 
-    def multi_exp(self, key: np.ndarray, bases: Limbs, exps: np.ndarray) -> Limbs:
-        return self._call(_gpu_host.multi_exp, key, bases, exps)
+    def multi_exp(self, key: np.ndarray, bases: Limbs, exps: np.ndarray, group: bool, chunk: int
+                  ) -> Limbs:
+        return self._call(_gpu_host.multi_exp, key, bases, exps, group=group,
+                          chunk=chunk if group else 1)
 
-    def paillier_encrypt(self, pub: np.ndarray, m: Limbs, r: Limbs) -> Limbs:
-        return self._call(_gpu_host.paillier_encrypt, pub, m, r)
+    def paillier_encrypt(self, pub: np.ndarray, m: Limbs, r: Limbs, group: bool) -> Limbs:
+        return self._call(_gpu_host.paillier_encrypt, pub, m, r, group=group)
 
-    def paillier_encrypt_owner(self, owner: np.ndarray, m: Limbs, yp: Limbs, yq: Limbs) -> Limbs:
-        return self._call(_gpu_host.paillier_encrypt_owner, owner, m, yp, yq)
+    def paillier_encrypt_owner(self, owner: np.ndarray, m: Limbs, yp: Limbs, yq: Limbs,
+                               group: bool) -> Limbs:
+        return self._call(_gpu_host.paillier_encrypt_owner, owner, m, yp, yq, group=group)
 
-    def paillier_decrypt(self, priv: np.ndarray, c: Limbs) -> Limbs:
-        return self._call(_gpu_host.paillier_decrypt, priv, c)
+    def paillier_decrypt(self, priv: np.ndarray, c: Limbs, group: bool) -> Limbs:
+        return self._call(_gpu_host.paillier_decrypt, priv, c, group=group)
+
+    def prod_groups(self, key: np.ndarray, a: Limbs, order: np.ndarray, plan: np.ndarray,
+                    num_groups: int) -> Limbs:
+        return self._call(_gpu_host.prod_groups, key, a, tail=(order, plan, num_groups))
+
+    def inverse(self, key: np.ndarray, a: Limbs, chunk: int) -> tuple[Limbs, int]:
+        out, bad = self._call(_gpu_host.inverse, key, a, tail=(chunk,), pair=True)
+        return out, int(bad)
+
+    def prepare_table(self, table: np.ndarray) -> np.ndarray:
+        self.counts["uploads"] += 1
+        return np.ascontiguousarray(table, dtype=np.uint64)
+
+    def fixed_base(self, pub: np.ndarray, table: np.ndarray, window: int, m: Limbs,
+                   a: np.ndarray) -> Limbs:
+        def run(key: np.ndarray, m_: np.ndarray, a_: np.ndarray, soa: bool, threads: int
+                ) -> np.ndarray:
+            return _gpu_host.fixed_base(key, table, window, m_, a_, soa, threads)
+        return self._call(run, pub, m, a)
+
+    def owner_fixed_base(self, owner: np.ndarray, tp: np.ndarray, tq: np.ndarray, window: int,
+                         m: Limbs, a: np.ndarray) -> Limbs:
+        def run(key: np.ndarray, m_: np.ndarray, a_: np.ndarray, soa: bool, threads: int
+                ) -> np.ndarray:
+            return _gpu_host.owner_fixed_base(key, tp, tq, window, m_, a_, soa, threads)
+        return self._call(run, owner, m, a)
 
 
 class GpuHostBackend(KernelBackend):
@@ -113,8 +149,11 @@ class GpuHostBackend(KernelBackend):
     name = "gpu_host"
 
     def __init__(self, soa: bool = True, threads: int | None = None, resident: bool = False,
-                 **options: Any) -> None:
+                 kernels: str = "group", **options: Any) -> None:
         super().__init__(**options)
+        if kernels not in ("thread", "group"):
+            raise ValueError(f"gpu_host: kernels must be 'thread' or 'group', got {kernels!r}")
+        self.kernels = kernels
         self.engine = HostEngine(soa=soa, threads=threads, resident=resident)
 
     @classmethod

@@ -24,8 +24,23 @@ paillier_decrypt   CRT decryption, one kernel (wide reductions by Montgomery mul
                    all-ones sentinel row and is refused here with InvalidCiphertextError
 =================  ==========================================================================
 
-``mont_prod_groups`` and the fixed-base (DJN) encryptions are not native here: the generic layers
-compose them from the MontMult kernel.
+Two families of kernel bodies, selected per call (``group``): the one-thread-per-instance bodies
+(``src/kernels.cuh``, 64-bit limbs in thread-local arrays) and the cooperative ones
+(``src/kernels_group.cuh``, one instance per group of TPI threads with its words in registers).
+The ops below exist only as cooperative bodies, one launch each:
+
+=================  ==========================================================================
+mont_prod_groups   grouped products (histogram bins): rows ordered by group on the host (an
+                   index permutation, no arithmetic), chunks of rows per group of threads, the last
+                   chunk of a bin to finish multiplies the bin's partials in the same launch
+mont_inverse       Montgomery's batch trick per chunk of rows: prefix products, one binary
+                   extended Euclid per chunk, back-substitution; a non-invertible row fails the
+                   batch (OperandError upstream) without naming which
+paillier_encrypt_  DJN (1 + m·n)·hs^a mod n² from the comb table of hs, uploaded once per key and
+fixed_base         resident on the device
+paillier_encrypt_  the key owner's: comb tables of hs mod p² and mod q², the two half groups in
+owner_fixed_base   step, Garner's combine, all in one launch
+=================  ==========================================================================
 
 An engine counts its traffic (:meth:`Engine.counters`): kernel launches, host-to-device copies and
 device-to-host copies, so a test or bench can check what an op costs beyond its arithmetic.
@@ -49,18 +64,32 @@ from . import keys
 class Engine(Protocol):
     """What a kernel engine offers: operands are its own batches or uint64 host arrays, results
     its own batches (the CUDA engine's stay in device memory) or host arrays.  A key is what the
-    engine's ``prepare`` made of a blob, opaque to the backend (a host array for the host harness,
-    an uploaded ``runtime.DeviceKey`` for CUDA): typed Any here, each engine names its own."""
+    engine's ``prepare`` made of a blob, a table what ``prepare_table`` made of a comb table:
+    opaque to the backend (host arrays for the host harness, uploads for CUDA), typed Any here.
+    ``group`` selects the cooperative bodies (kernels_group.cuh) over the one-thread ones; the
+    ops without a one-thread body always run cooperatively."""
+
+    #: instances in flight that fill the engine (chunk sizes of the one-launch reductions)
+    parallel_groups: int
 
     def prepare(self, blob: np.ndarray, kind: int) -> Any: ...
+    def prepare_table(self, table: np.ndarray) -> Any: ...
     def holds(self, x: Any) -> bool: ...
     def counters(self) -> dict[str, int]: ...
-    def mul(self, key: Any, a: Limbs, b: Limbs, mode: int) -> Limbs: ...
-    def exp(self, key: Any, base: Limbs, exps: np.ndarray, mode: int) -> Limbs: ...
-    def multi_exp(self, key: Any, bases: Limbs, exps: np.ndarray) -> Limbs: ...
-    def paillier_encrypt(self, pub: Any, m: Limbs, r: Limbs) -> Limbs: ...
-    def paillier_encrypt_owner(self, owner: Any, m: Limbs, yp: Limbs, yq: Limbs) -> Limbs: ...
-    def paillier_decrypt(self, priv: Any, c: Limbs) -> Limbs: ...
+    def mul(self, key: Any, a: Limbs, b: Limbs, mode: int, group: bool) -> Limbs: ...
+    def exp(self, key: Any, base: Limbs, exps: np.ndarray, mode: int, group: bool) -> Limbs: ...
+    def multi_exp(self, key: Any, bases: Limbs, exps: np.ndarray, group: bool, chunk: int
+                  ) -> Limbs: ...
+    def paillier_encrypt(self, pub: Any, m: Limbs, r: Limbs, group: bool) -> Limbs: ...
+    def paillier_encrypt_owner(self, owner: Any, m: Limbs, yp: Limbs, yq: Limbs, group: bool
+                               ) -> Limbs: ...
+    def paillier_decrypt(self, priv: Any, c: Limbs, group: bool) -> Limbs: ...
+    def prod_groups(self, key: Any, a: Limbs, order: np.ndarray, plan: np.ndarray,
+                    num_groups: int) -> Limbs: ...
+    def inverse(self, key: Any, a: Limbs, chunk: int) -> tuple[Limbs, int]: ...
+    def fixed_base(self, pub: Any, table: Any, window: int, m: Limbs, a: np.ndarray) -> Limbs: ...
+    def owner_fixed_base(self, owner: Any, tp: Any, tq: Any, window: int, m: Limbs,
+                         a: np.ndarray) -> Limbs: ...
 
 
 MONT_MUL, MOD_MUL = 0, 1   # MulMode in kernels.cuh
@@ -76,13 +105,19 @@ def _c(a: Limbs) -> np.ndarray:
 
 
 class KernelBackend(Backend):
-    """A backend whose native ops are the gpu kernel bodies run by ``self.engine``."""
+    """A backend whose native ops are the gpu kernel bodies run by ``self.engine``.
+
+    ``kernels`` picks the bodies of the ops that have both: ``thread`` (one thread per instance),
+    ``group`` (cooperative) or ``auto`` (per size class, :meth:`_auto_group`)."""
 
     name = "kernel-abstract"
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mod_exp_secret", "mont_exp",
-                            "mont_multi_exp", "paillier_encrypt", "paillier_encrypt_owner",
+                            "mont_multi_exp", "mont_prod_groups", "mont_inverse",
+                            "paillier_encrypt", "paillier_encrypt_fixed_base",
+                            "paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base",
                             "paillier_decrypt"})
     engine: Engine
+    kernels: str = "group"
 
     def own_batch(self, x: Any) -> Limbs:
         """The engine's own (device-resident) batches pass through; anything else becomes a
@@ -90,6 +125,21 @@ class KernelBackend(Backend):
         if self.engine.holds(x):
             return x
         return np.ascontiguousarray(x, dtype=np.uint64)
+
+    # ---- which bodies
+    def _group(self, limbs: int) -> bool:
+        """Cooperative bodies for a modulus of ``limbs`` limbs (its size class)?"""
+        if self.kernels == "auto":
+            return self._auto_group(keys.size_class(limbs))
+        return self.kernels == "group"
+
+    def _auto_group(self, size_class: int) -> bool:
+        """``auto``'s choice for a size class; engines that can time themselves override it."""
+        return True
+
+    def _crt_group(self, sk: PaillierPrivateMaterial) -> bool:
+        """Cooperative CRT bodies for this key (its class chosen, and its primes fit them)?"""
+        return self._group(sk.public_key.nsquare_ctx.num_limbs) and keys.crt_fits_groups(sk)
 
     # ---- per-key constants, prepared (uploaded) once per instance, weakly keyed by the key record
     def _key(self, holder: _Holder, build: Callable[[_Holder], np.ndarray], kind: int) -> Any:
@@ -101,51 +151,109 @@ class KernelBackend(Backend):
                                f"{64 * keys.MAX_LIMBS} bits, got {ctx.bits}")
         return self._key(ctx, keys.ctx_blob, KIND_CTX)
 
+    def _check_key(self, pk: PaillierPublicMaterial) -> None:
+        if pk.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
+            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
+                               f"{32 * keys.MAX_LIMBS} bits")
+
+    def _chunk(self, work: int) -> int:
+        """Rows per group of a one-launch reduction over ``work`` rows: as few as fill the engine."""
+        return max(1, -(-work // max(1, self.engine.parallel_groups)))
+
     # ---- base_op / mod_op: operands through own_batch (device batches and shared-row views pass
     # through on the gpu; contiguous host arrays otherwise); exponents always as host arrays (_c)
     def op_mont_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
-        return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MONT_MUL)
+        return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MONT_MUL,
+                               self._group(ctx.num_limbs))
 
     def op_mod_mul(self, ctx: MontContext, a: Limbs, b: Limbs) -> Limbs:
-        return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MOD_MUL)
+        return self.engine.mul(self._ctx(ctx), self.own_batch(a), self.own_batch(b), MOD_MUL,
+                               self._group(ctx.num_limbs))
 
     def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
-        return self.engine.exp(self._ctx(ctx), self.own_batch(base_mont), _c(exps), MONT_EXP)
+        return self.engine.exp(self._ctx(ctx), self.own_batch(base_mont), _c(exps), MONT_EXP,
+                               self._group(ctx.num_limbs))
 
     def op_mod_exp(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
-        return self.engine.exp(self._ctx(ctx), self.own_batch(base), _c(exps), MOD_EXP)
+        return self.engine.exp(self._ctx(ctx), self.own_batch(base), _c(exps), MOD_EXP,
+                               self._group(ctx.num_limbs))
 
     def op_mod_exp_secret(self, ctx: MontContext, base: Limbs, exps: np.ndarray) -> Limbs:
         # the ModExp kernel: one launch, but not constant time (see the table in the module doc)
         return self.op_mod_exp(ctx, base, exps)
 
     def op_mont_multi_exp(self, ctx: MontContext, bases_mont: Limbs, exps: np.ndarray) -> Limbs:
-        return self.engine.multi_exp(self._ctx(ctx), self.own_batch(bases_mont), _c(exps))
+        exps = _c(exps)
+        return self.engine.multi_exp(self._ctx(ctx), self.own_batch(bases_mont), exps,
+                                     self._group(ctx.num_limbs),
+                                     self._chunk(exps.shape[0] * exps.shape[1]))
+
+    def op_mont_prod_groups(self, ctx: MontContext, a_mont: Limbs, groups: np.ndarray,
+                            num_groups: int) -> Limbs:
+        order, plan = group_plan(np.asarray(groups, np.int64), num_groups,
+                                 self._chunk(len(groups)))
+        return self.engine.prod_groups(self._ctx(ctx), self.own_batch(a_mont), order, plan,
+                                       num_groups)
+
+    def op_mont_inverse(self, ctx: MontContext, a_mont: Limbs) -> Limbs:
+        out, bad = self.engine.inverse(self._ctx(ctx), self.own_batch(a_mont),
+                                       self._chunk(a_mont.shape[0]))
+        if bad:
+            raise ValueError("an element shares a factor with the modulus (batch inversion "
+                             f"failed in {bad} chunk(s))")
+        return out
 
     # ---- fused Paillier
     def op_paillier_encrypt(self, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
-        if pk.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
-            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
-                               f"{32 * keys.MAX_LIMBS} bits")
+        self._check_key(pk)
         return self.engine.paillier_encrypt(self._key(pk, keys.pub_blob, KIND_PUB), self.own_batch(m),
-                                            self.own_batch(r))
+                                            self.own_batch(r), self._group(pk.nsquare_ctx.num_limbs))
 
     def op_paillier_encrypt_owner(self, sk: PaillierPrivateMaterial, m: Limbs, yp: Limbs,
                                   yq: Limbs) -> Limbs:
         """Key-owner CRT encryption in one kernel launch (both halves, the combine, the finish)."""
-        if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
-            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
-                               f"{32 * keys.MAX_LIMBS} bits")
+        self._check_key(sk.public_key)
         return self.engine.paillier_encrypt_owner(self._key(sk, keys.owner_blob, KIND_OWNER),
                                                   self.own_batch(m), self.own_batch(yp),
-                                                  self.own_batch(yq))
+                                                  self.own_batch(yq), self._crt_group(sk))
+
+    def op_paillier_encrypt_fixed_base(self, pk: PaillierPublicMaterial, m: Limbs,
+                                       a: np.ndarray) -> Limbs:
+        """DJN encryption from the device-resident comb table of the key's fixed base."""
+        self._check_key(pk)
+        fb = keys.require_fixed_base(pk)
+        a = _c(a)
+        keys.check_comb_exponents(a, fb.exp_bits, fb.window)
+        table = self.state.get(pk, "comb_table", lambda: self.engine.prepare_table(
+            keys.comb_table(pk.nsquare_ctx, keys.fixed_base_value(pk), fb.exp_bits, fb.window)))
+        return self.engine.fixed_base(self._key(pk, keys.pub_blob, KIND_PUB), table, fb.window,
+                                      self.own_batch(m), a)
+
+    def op_paillier_encrypt_owner_fixed_base(self, sk: PaillierPrivateMaterial, m: Limbs,
+                                             a: np.ndarray) -> Limbs:
+        """The key owner's DJN encryption: half-size comb tables mod p², q², one launch."""
+        pk = sk.public_key
+        self._check_key(pk)
+        if not keys.crt_fits_groups(sk):
+            raise OperandError(f"the {self.name} backend's key-owner fixed-base kernel needs "
+                               f"primes of at most {16 * keys.MAX_LIMBS} bits")
+        fb = keys.require_fixed_base(pk)
+        a = _c(a)
+        keys.check_comb_exponents(a, fb.exp_bits, fb.window)
+
+        def build() -> tuple[Any, Any]:
+            hs = keys.fixed_base_value(pk)
+            tp, tq = (self.engine.prepare_table(keys.comb_table(c, hs % c.m, fb.exp_bits, fb.window))
+                      for c in (sk.psquare_ctx, sk.qsquare_ctx))
+            return tp, tq
+        tp, tq = self.state.get(sk, "owner_comb_tables", build)
+        return self.engine.owner_fixed_base(self._key(sk, keys.owner_blob, KIND_OWNER), tp, tq,
+                                            fb.window, self.own_batch(m), a)
 
     def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
-        if sk.public_key.nsquare_ctx.num_limbs > keys.MAX_LIMBS:
-            raise OperandError(f"the {self.name} backend supports Paillier keys up to "
-                               f"{32 * keys.MAX_LIMBS} bits")
+        self._check_key(sk.public_key)
         out = self.engine.paillier_decrypt(self._key(sk, keys.priv_blob, KIND_PRIV),
-                                           self.own_batch(c_mont))
+                                           self.own_batch(c_mont), self._crt_group(sk))
         # The kernel cannot raise: an element whose c^(p−1) mod p² (or the q half) is not ≡ 1 mod p
         # -- c shares a factor with n, and its decryption would reveal the key -- is written as the
         # all-ones row, which no plaintext (< n < 2^(64·Ln)) can equal.  Plaintexts are needed on
@@ -158,3 +266,21 @@ class KernelBackend(Backend):
                 f"ciphertext #{int(bad[0])} is not a unit mod n² (a CRT half of its decryption "
                 "degenerates); refused, since decrypting it could reveal the key")
         return out
+
+
+def group_plan(groups: np.ndarray, num_groups: int, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, plan) of a one-launch grouped product: ``order`` lists the rows group by group,
+    ``plan`` has one row [group, begin, end, first chunk of the group, chunks of the group] per
+    chunk of at most ``chunk`` rows (begin/end index ``order``); an empty group gets one empty
+    chunk, so every group's product is written."""
+    order = np.argsort(groups, kind="stable").astype(np.int64)
+    counts = np.bincount(groups, minlength=num_groups).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    parts = np.maximum(1, -(-counts // chunk))
+    first = np.concatenate([[0], np.cumsum(parts)])[:-1]
+    seg = np.repeat(np.arange(num_groups, dtype=np.int64), parts)
+    within = np.arange(int(parts.sum()), dtype=np.int64) - np.repeat(first, parts)
+    begin = starts[seg] + within * chunk
+    end = np.minimum(begin + chunk, starts[seg + 1])
+    plan = np.stack([seg, begin, end, first[seg], parts[seg]], axis=1)
+    return order, np.ascontiguousarray(plan, dtype=np.int64)

@@ -17,11 +17,13 @@ Constants (R = 2^(64·L) of the modulus in question):
 
 from __future__ import annotations
 
+import gmpy2
 import numpy as np
 
-from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
+from ...core.errors import OperandError
+from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext, mont_context
-from ...core.limbs import limb_count, to_limbs
+from ...core.limbs import from_limbs, limb_count, to_limbs
 
 MAX_LIMBS = 128  # largest instantiated size class: 8192-bit moduli
 
@@ -84,3 +86,62 @@ def owner_blob(sk: PaillierPrivateMaterial) -> np.ndarray:
              _limbs(sk.psquare_inverse * q2.R % q2.m, q2.num_limbs),
              _limbs(pow(n2.R, 3, n2.m), n2.num_limbs)]
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)
+
+
+# ---- size classes (mirrors lmax_class in src/kernels.cuh and crt_lmax in src/kernels_group.cuh)
+CLASSES = (16, 32, 48, 64, 96, 128)
+
+
+def size_class(limbs: int) -> int:
+    """The smallest instantiated capacity (in 64-bit limbs) that holds ``limbs`` limbs; 0: none."""
+    return next((c for c in CLASSES if limbs <= c), 0)
+
+
+def crt_fits_groups(sk: PaillierPrivateMaterial) -> bool:
+    """Whether the cooperative CRT bodies take this key: their class holds 4·max(Lp, Lq) limbs
+    (each half group the (x − 1)·p^-1 exactness product), so primes of up to 2048 bits."""
+    return size_class(4 * max(sk.p_limbs, sk.q_limbs)) != 0
+
+
+# ---- DJN fixed base: the comb tables the fixed-base kernels read from device memory
+def require_fixed_base(pk: PaillierPublicMaterial) -> FixedBase:
+    if pk.fixed_base is None:
+        raise OperandError("fixed-base encryption: the key has no DJN fixed base "
+                           "(PublicKey.enable_fixed_base)")
+    return pk.fixed_base
+
+
+def fixed_base_value(pk: PaillierPublicMaterial) -> int:
+    """hs itself (plain, mod n²) from the record's Montgomery form."""
+    fb = require_fixed_base(pk)
+    ctx = pk.nsquare_ctx
+    hs_mont = from_limbs(np.asarray(fb.hs_mont, np.uint64)[None, :])[0]
+    return hs_mont * pow(ctx.R, -1, ctx.m) % ctx.m
+
+
+def comb_table(ctx: MontContext, base: int, exp_bits: int, window: int) -> np.ndarray:
+    """(nwin, 2^w − 1, L): entry [j, d − 1] = base^(d·2^(w·j))·R mod m, nwin = ceil(exp_bits/w)
+    (the layout of phe_sdk's composed comb, so both give the same products)."""
+    m, R = gmpy2.mpz(ctx.m), gmpy2.mpz(ctx.R)
+    nwin, per = -(-exp_bits // window), (1 << window) - 1
+    vals: list[int] = []
+    b = gmpy2.mpz(base) % m
+    for _ in range(nwin):
+        e = gmpy2.mpz(1)
+        for _ in range(per):
+            e = e * b % m
+            vals.append(int(e * R % m))
+        b = gmpy2.powmod(b, 1 << window, m)
+    return to_limbs(vals, ctx.num_limbs).reshape(nwin, per, ctx.num_limbs)
+
+
+def check_comb_exponents(a: np.ndarray, exp_bits: int, window: int) -> None:
+    """Refuses (OperandError) an exponent longer than the comb table covers (ceil(exp_bits/w)·w
+    bits): the kernels read only the digits the table has, so a longer one would be cut."""
+    covered = -(-exp_bits // window) * window
+    keep = np.array([(1 << max(0, min(64, covered - 64 * i))) - 1 for i in range(a.shape[1])],
+                    dtype=np.uint64)
+    over = np.flatnonzero((a & ~keep).any(axis=1)) if a.size else np.empty(0, np.intp)
+    if len(over):
+        raise OperandError(f"fixed-base exponent #{int(over[0])} is longer than the {covered} bits "
+                           "the comb table covers")

@@ -9,17 +9,23 @@ over them (``unifl.scheduler.multi``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 from ...core.options import BackendOptions, option
 
 
 @dataclass(frozen=True)
 class GpuOptions(BackendOptions):
-    """Which CUDA device the backend runs on, and which ModExp kernel."""
+    """Which CUDA device the backend runs on, and which kernels."""
 
     device: int = option(0, "the CUDA device index this instance runs on (one device per "
                             "instance; the scheduler splits batches over several instances)", ge=0)
+
+    kernels: Literal["thread", "group", "auto"] = option(
+        "auto", "which kernel bodies run the ops that have both: thread (one thread per instance, "
+                "64-bit limbs in local memory), group (cooperative: TPI threads per instance, "
+                "32-bit words in registers) or auto (per size class, by timing both once on the "
+                "device; docs/gpu.md)")
 
     cgbn: Optional[bool] = option(
         None, "the optional CGBN ModExp (a CGBN build only, docs/gpu.md); null: env "

@@ -34,9 +34,15 @@ BUILD_INFO = os.path.join(HERE, "_build_info.json")
 
 CUDA_ERROR_INSUFFICIENT_DRIVER = 35
 CUDA_ERROR_NO_DEVICE = 100
-ERR_SIZE = -1
+#: the library's own error codes (gpu_runtime.cu); these four are the caller's: OperandError
+ERR_SIZE = -1      # a size outside what the (chosen family of) kernels is instantiated for
+ERR_LAYOUT = -4    # a device batch or table lives on another device than the op
+ERR_SHAPE = -5     # operand rows / limbs (or a plan, a table) do not fit the op
+ERR_SMEM = -6      # a group launch needs more shared memory per block than the device allows
+_OPERAND_ERRORS = (ERR_SIZE, ERR_LAYOUT, ERR_SHAPE, ERR_SMEM)
 
 _u64p = ctypes.POINTER(ctypes.c_uint64)
+_i64p = ctypes.POINTER(ctypes.c_longlong)
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 
@@ -54,8 +60,51 @@ def library_path() -> str:
     return os.path.join(HERE, LIB_NAME)
 
 
+def _signatures() -> dict[str, tuple[list[Any], Any]]:
+    """name -> (argtypes, restype) of every C function the engine calls (gpu_runtime.cu's
+    ``extern "C"`` block; keep the two in step)."""
+    c_int, c_ll, vp = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+    vpp = ctypes.POINTER(ctypes.c_void_p)
+    ip = ctypes.POINTER(ctypes.c_int)
+    return {
+        "unifl_gpu_device_count": ([ip], c_int),
+        "unifl_gpu_error_string": ([c_int], ctypes.c_char_p),
+        "unifl_gpu_device_name": ([c_int, ctypes.c_char_p, c_int], c_int),
+        "unifl_gpu_counters": ([c_int, ctypes.POINTER(c_ll)], c_int),
+        "unifl_gpu_key_upload": ([_u64p, c_ll, c_int, c_int, vpp], c_int),
+        "unifl_gpu_key_classes": ([vp, ip, ip], None),
+        "unifl_gpu_key_free": ([vp], None),
+        "unifl_gpu_table_upload": ([_u64p, c_ll, c_int, vpp], c_int),
+        "unifl_gpu_table_free": ([vp], None),
+        "unifl_gpu_batch_upload": ([_u64p, c_ll, c_int, c_int, vpp], c_int),
+        "unifl_gpu_batch_download": ([vp, _u64p], c_int),
+        "unifl_gpu_batch_shape": ([vp, ctypes.POINTER(c_ll), ip, ip], None),
+        "unifl_gpu_batch_free": ([vp], None),
+        # (key, a, b, n, mode, group, &out)
+        "unifl_gpu_mul": ([vp, Operand, Operand, c_ll, c_int, c_int, vpp], c_int),
+        "unifl_gpu_exp": ([vp, Operand, Operand, c_ll, c_int, c_int, vpp], c_int),
+        # (key, bases, N, exps, K, le, group, chunk, &out)
+        "unifl_gpu_multi_exp": ([vp, Operand, c_ll, _u64p, c_ll, c_int, c_int, c_ll, vpp], c_int),
+        "unifl_gpu_paillier_encrypt": ([vp, Operand, Operand, c_ll, c_int, vpp], c_int),
+        "unifl_gpu_paillier_encrypt_owner": ([vp, Operand, Operand, Operand, c_ll, c_int, vpp],
+                                             c_int),
+        "unifl_gpu_paillier_decrypt": ([vp, Operand, c_ll, c_int, vpp], c_int),
+        # (key, a, n, order, plan, chunks, num_groups, &out)
+        "unifl_gpu_prod_groups": ([vp, Operand, c_ll, _i64p, _i64p, c_ll, c_ll, vpp], c_int),
+        # (key, a, n, chunk, &out, &bad)
+        "unifl_gpu_inverse": ([vp, Operand, c_ll, c_ll, vpp, ctypes.POINTER(ctypes.c_uint)],
+                              c_int),
+        # (pub, table, w, nwin, m, a, La, n, &out)
+        "unifl_gpu_fixed_base": ([vp, vp, c_int, c_int, Operand, _u64p, c_int, c_ll, vpp], c_int),
+        # (owner, tp, tq, w, nwin, m, a, La, n, &out)
+        "unifl_gpu_owner_fixed_base": ([vp, vp, vp, c_int, c_int, Operand, _u64p, c_int, c_ll,
+                                        vpp], c_int),
+    }
+
+
 def load_library() -> ctypes.CDLL:
-    """The CUDA library, loaded once; BackendUnavailable with the build's reason when absent."""
+    """The CUDA library, loaded once; BackendUnavailable with the build's reason when absent, or
+    naming the missing function when the library predates this module (a stale build)."""
     global _lib
     with _lock:
         if _lib is not None:
@@ -68,37 +117,15 @@ def load_library() -> ctypes.CDLL:
             lib = ctypes.CDLL(path)
         except OSError as exc:
             raise BackendUnavailable(f"CUDA library {LIB_NAME} cannot be loaded: {exc}") from exc
-        lib.unifl_gpu_device_count.argtypes = [ctypes.POINTER(ctypes.c_int)]
-        lib.unifl_gpu_error_string.argtypes = [ctypes.c_int]
-        lib.unifl_gpu_error_string.restype = ctypes.c_char_p
-        lib.unifl_gpu_device_name.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        lib.unifl_gpu_key_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
-                                             ctypes.POINTER(ctypes.c_void_p)]
-        lib.unifl_gpu_counters.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_longlong)]
-        lib.unifl_gpu_key_free.argtypes = [ctypes.c_void_p]
-        lib.unifl_gpu_key_free.restype = None
-        vpp = ctypes.POINTER(ctypes.c_void_p)
-        lib.unifl_gpu_batch_upload.argtypes = [_u64p, ctypes.c_longlong, ctypes.c_int,
-                                               ctypes.c_int, vpp]
-        lib.unifl_gpu_batch_download.argtypes = [ctypes.c_void_p, _u64p]
-        lib.unifl_gpu_batch_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong),
-                                              ctypes.POINTER(ctypes.c_int),
-                                              ctypes.POINTER(ctypes.c_int)]
-        lib.unifl_gpu_batch_shape.restype = None
-        lib.unifl_gpu_batch_free.argtypes = [ctypes.c_void_p]
-        lib.unifl_gpu_batch_free.restype = None
-        lib.unifl_gpu_mul.argtypes = [ctypes.c_void_p, Operand, Operand, ctypes.c_longlong,
-                                      ctypes.c_int, vpp]
-        lib.unifl_gpu_exp.argtypes = [ctypes.c_void_p, Operand, Operand, ctypes.c_longlong,
-                                      ctypes.c_int, vpp]
-        lib.unifl_gpu_multi_exp.argtypes = [ctypes.c_void_p, Operand, ctypes.c_longlong, _u64p,
-                                            ctypes.c_longlong, ctypes.c_int, vpp]
-        lib.unifl_gpu_paillier_encrypt.argtypes = [ctypes.c_void_p, Operand, Operand,
-                                                   ctypes.c_longlong, vpp]
-        lib.unifl_gpu_paillier_encrypt_owner.argtypes = [ctypes.c_void_p, Operand, Operand,
-                                                         Operand, ctypes.c_longlong, vpp]
-        lib.unifl_gpu_paillier_decrypt.argtypes = [ctypes.c_void_p, Operand, ctypes.c_longlong,
-                                                   vpp]
+        for name, (argtypes, restype) in _signatures().items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                raise BackendUnavailable(
+                    f"CUDA library {LIB_NAME} lacks {name}: it is older than runtime.py "
+                    "(rebuild: UNIFL_CUDA_BUILD=1 python setup.py build_ext --inplace)") from None
+            fn.argtypes = argtypes
+            fn.restype = restype
         if hasattr(lib, "unifl_gpu_cgbn_mod_exp"):          # optional CGBN build
             lib.unifl_gpu_cgbn_mod_exp.argtypes = [ctypes.c_int, _u64p, ctypes.c_int, _u64p, _u64p,
                                                    ctypes.c_int, ctypes.c_int, _u64p,
@@ -170,16 +197,59 @@ class GpuBatch(DeviceBatch):
             self.handle = None
 
 
+#: key blob kinds (kernel_backend.KIND_*), for messages
+_KIND_NAMES = {0: "modulus context", 1: "Paillier public key", 2: "Paillier private key",
+               3: "key-owner encryption key"}
+
+
+def _blob_sizes(blob: np.ndarray, kind: int) -> dict[str, int]:
+    """The limb counts an op checks its operands against, read from a key blob's headers (layouts
+    in ``src/kernels.cuh``): ``L`` (ModCtx), ``L2``/``Ln`` (every Paillier kind), ``Lp2``/``Lq2``
+    and ``Lp``/``Lq`` (owner)."""
+    def ctx(pos: int) -> tuple[int, int]:       # (L, position after the context)
+        L = int(blob[pos + 1])
+        return L, pos + 2 + 3 * L
+    if kind == 0:
+        return {"L": int(blob[1])}
+    if kind == 1:
+        L2, pos = ctx(0)
+        return {"L2": L2, "Ln": int(blob[pos])}
+    if kind == 2:
+        _, pos = ctx(0)
+        for _ in range(3):
+            _, pos = ctx(pos)
+        return {"L2": int(blob[pos]), "Ln": int(blob[-1])}
+    if kind == 3:
+        L2, pos = ctx(0)
+        Lp2, pos = ctx(pos)
+        Lq2, pos = ctx(pos)
+        Ln = int(blob[pos])
+        pos += 1 + Ln
+        Lp = int(blob[pos])
+        pos += 1 + Lp
+        return {"L2": L2, "Lp2": Lp2, "Lq2": Lq2, "Ln": Ln, "Lp": Lp, "Lq": int(blob[pos])}
+    raise OperandError(f"gpu: unknown key blob kind {kind}")
+
+
 class DeviceKey:
-    """A key blob uploaded once to one device; freed with the object."""
+    """A key blob uploaded once to one device; freed with the object.  ``lmax`` / ``glmax``: the
+    size classes (64-bit limbs) the one-thread and the group kernels run it in, 0 where that family
+    does not take the key (the CRT group kernels need 4·max(Lp, Lq) limbs in one class: primes of at
+    most 2048 bits)."""
 
     def __init__(self, lib: ctypes.CDLL, blob: np.ndarray, kind: int, device: int) -> None:
         self._lib = lib
         self.blob = np.ascontiguousarray(blob, dtype=np.uint64)
+        self.kind = kind
+        self.sizes = _blob_sizes(self.blob, kind)
         handle = ctypes.c_void_p()
         _check(lib, lib.unifl_gpu_key_upload(_ptr(self.blob), self.blob.size, kind, device,
-                                             ctypes.byref(handle)))
+                                             ctypes.byref(handle)),
+               f"key upload ({_KIND_NAMES.get(kind, kind)})")
         self.handle: ctypes.c_void_p | None = handle
+        lmax, glmax = ctypes.c_int(), ctypes.c_int()
+        lib.unifl_gpu_key_classes(handle, ctypes.byref(lmax), ctypes.byref(glmax))
+        self.lmax, self.glmax = lmax.value, glmax.value
 
     def __del__(self) -> None:
         if getattr(self, "handle", None):
@@ -187,21 +257,123 @@ class DeviceKey:
             self.handle = None
 
 
-def _check(lib: ctypes.CDLL, err: int) -> None:
-    if err == ERR_SIZE:
-        raise OperandError(error_string(lib, err))
+class DeviceTable:
+    """A DJN comb table (nwin, 2^w − 1, L) uploaded once to one device's memory (plain device
+    memory: at 9-10-bit windows it is megabytes); freed with the object."""
+
+    def __init__(self, lib: ctypes.CDLL, table: np.ndarray, device: int) -> None:
+        self._lib = lib
+        t = np.ascontiguousarray(table, dtype=np.uint64)
+        per = t.shape[1] if t.ndim == 3 else 0
+        if t.ndim != 3 or t.shape[0] < 1 or t.shape[2] < 1 or per < 1 or (per + 1) & per \
+                or per + 1 > 1 << 16:
+            raise OperandError(f"gpu prepare_table: a comb table has shape (nwin, 2^w − 1, L) with "
+                               f"nwin >= 1 and 1 <= w <= 16, got {t.shape}")
+        self.shape: tuple[int, int, int] = (t.shape[0], t.shape[1], t.shape[2])
+        self.device = device
+        handle = ctypes.c_void_p()
+        _check(lib, lib.unifl_gpu_table_upload(_ptr(t), t.size, device, ctypes.byref(handle)),
+               "prepare_table")
+        self.handle: ctypes.c_void_p | None = handle
+
+    def __del__(self) -> None:
+        if getattr(self, "handle", None):
+            self._lib.unifl_gpu_table_free(self.handle)
+            self.handle = None
+
+
+def _check(lib: ctypes.CDLL, err: int, what: str | None = None) -> None:
+    """A library status as a typed error: the caller's (size, shape, layout, shared memory) as
+    OperandError, anything CUDA reports as DeviceError (the fallback chain hands the batch on)."""
+    if err in _OPERAND_ERRORS:
+        msg = error_string(lib, err)
+        raise OperandError(f"gpu {what}: {msg}" if what else msg)
     if err:
-        raise DeviceError(f"CUDA error {err}: {error_string(lib, err)}")
+        raise DeviceError(f"CUDA error {err}{f' in {what}' if what else ''}: "
+                          f"{error_string(lib, err)}")
+
+
+def _shape_error(op: str, name: str, want: str, got: tuple[int, ...]) -> OperandError:
+    return OperandError(f"gpu {op}: {name} must have shape {want}, got {tuple(got)}")
+
+
+def _need_rows(op: str, name: str, x: Limbs, limbs: int, n: int | None = None,
+               shared_ok: bool = False) -> int:
+    """Checks an (n, limbs) operand (n|1 rows with ``shared_ok``); returns its row count."""
+    shape = tuple(x.shape)
+    if len(shape) != 2 or shape[1] != limbs or (
+            n is not None and shape[0] != n and not (shared_ok and shape[0] == 1)):
+        rows = "*" if n is None else f"{'1|' if shared_ok else ''}{n}"
+        raise _shape_error(op, name, f"({rows}, {limbs})", shape)
+    return int(shape[0])
+
+
+def _check_exponents(op: str, a: np.ndarray, covered: int) -> None:
+    """The fixed-base exponents must fit the ``covered`` = nwin·w bits the comb table covers: the
+    kernel reads only those digits, so a longer exponent would be cut silently (the host harness's
+    check_exponents)."""
+    for limb in range(a.shape[1]):
+        lo = 64 * limb
+        if covered >= lo + 64:
+            continue
+        keep = 0 if covered <= lo else (1 << (covered - lo)) - 1
+        over = np.flatnonzero(a[:, limb] & np.uint64(~keep & 0xFFFFFFFFFFFFFFFF))
+        if len(over):
+            raise OperandError(f"gpu {op}: exponent row {int(over[0])} is longer than the "
+                               f"{covered} bits the comb table covers")
+
+
+def _plan_arrays(op: str, order: np.ndarray, plan: np.ndarray, n: int, num_groups: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``order``/``plan`` of a one-launch grouped product (``kernel_backend.group_plan``) checked
+    as the host harness checks them, plus what the device needs on top (every group has a chunk,
+    the chunks of a group agree on its first chunk and count); int64 contiguous copies."""
+    if np.asarray(order).dtype.kind not in "iu" or np.asarray(plan).dtype.kind not in "iu":
+        raise OperandError(f"gpu {op}: order and plan must be integer arrays")
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    plan = np.ascontiguousarray(plan, dtype=np.int64)
+    if num_groups < 1:
+        raise OperandError(f"gpu {op}: need at least one group, got {num_groups}")
+    if order.shape != (n,):
+        raise _shape_error(op, "order", f"({n},)", order.shape)
+    if n and not np.array_equal(np.sort(order), np.arange(n, dtype=np.int64)):
+        raise OperandError(f"gpu {op}: order must be a permutation of the {n} rows")
+    if plan.ndim != 2 or plan.shape[1] != 5 or plan.shape[0] < 1:
+        raise _shape_error(op, "plan", "(chunks >= 1, 5)", plan.shape)
+    chunks = plan.shape[0]
+    g, b, e, first, parts = plan.T
+    c = np.arange(chunks, dtype=np.int64)
+    ok = ((g >= 0) & (g < num_groups) & (b >= 0) & (b <= e) & (e <= n) & (parts >= 1)
+          & (first >= 0) & (first + parts <= chunks) & (c >= first) & (c < first + parts))
+    if ok.all():
+        head = plan[first]
+        ok = (head[:, 0] == g) & (head[:, 3] == first) & (head[:, 4] == parts)
+    if not ok.all():
+        raise OperandError(f"gpu {op}: inconsistent plan row {int(np.flatnonzero(~ok)[0])}")
+    if (np.bincount(g, minlength=num_groups) == 0).any():
+        raise OperandError(f"gpu {op}: group {int(np.flatnonzero(np.bincount(g, minlength=num_groups) == 0)[0])} "
+                           "has no chunk in the plan (an empty group needs one empty chunk)")
+    return order, plan
 
 
 class CudaEngine:
     """Runs the kernels on CUDA device ``device``; operands are :class:`GpuBatch` of that device
     (used in place) or host arrays (staged for the call; a batch of another device is fetched),
-    results are :class:`GpuBatch`.
+    results are :class:`GpuBatch`.  ``group`` picks the cooperative kernels (``k_<op>_g``) over
+    the one-thread ones; the ops with only a cooperative kernel (grouped products, inversion, the
+    fixed-base encryptions) always run it.  Every operand shape is checked here, before the
+    library is called: the kernels trust their inputs, and a device fault would poison the CUDA
+    context of the whole process.
 
     Raises:
         ConfigError: ``device`` is not the index of a CUDA device of this machine.
     """
+
+    #: groups of threads in flight that fill a device: the chunk sizes of the one-launch
+    #: reductions (multi-exp, grouped products, inversion) aim at this many groups.  An H100 (132
+    #: SMs) keeps 3 blocks of 128 threads per SM with window tables, i.e. 1,584 to 6,336 groups
+    #: (TPI 32..8), and more without tables; 8192 leaves the scheduler a tail to balance.
+    parallel_groups = 8192
 
     def __init__(self, device: int = 0) -> None:
         self.lib = load_library()
@@ -213,6 +385,10 @@ class CudaEngine:
 
     def prepare(self, blob: np.ndarray, kind: int) -> DeviceKey:
         return DeviceKey(self.lib, blob, kind, self.device)
+
+    def prepare_table(self, table: np.ndarray) -> DeviceTable:
+        """A comb table (nwin, 2^w − 1, L) uploaded once to this engine's device."""
+        return DeviceTable(self.lib, table, self.device)
 
     def counters(self) -> dict[str, int]:
         """Kernel launches, host-to-device copies (key uploads included) and device-to-host copies
@@ -234,7 +410,7 @@ class CudaEngine:
         a = np.ascontiguousarray(a, dtype=np.uint64)
         h = ctypes.c_void_p()
         _check(self.lib, self.lib.unifl_gpu_batch_upload(_ptr(a), a.shape[0], a.shape[1],
-                                                         self.device, ctypes.byref(h)))
+                                                         self.device, ctypes.byref(h)), "upload")
         return GpuBatch(self.lib, h)
 
     def _operand(self, x: Limbs, keep: list[np.ndarray]) -> Operand:
@@ -250,40 +426,163 @@ class CudaEngine:
         keep.append(x)
         return Operand(None, _ptr(x), rows, x.shape[1])
 
-    def _run(self, fn: Callable[..., int], key: DeviceKey, xs: list[Limbs], *tail: int
-             ) -> GpuBatch:
-        """``fn(key, *operands, *tail, &out)``: one op on this engine's device."""
+    def _family(self, key: DeviceKey, group: bool, op: str) -> int:
+        """``group`` as the C flag, after checking the chosen family takes the key: a refusal
+        names the op and the key, and the caller (the backend's kernel choice) decides what to do
+        -- the library never switches families on its own."""
+        if group and not key.glmax:
+            raise OperandError(
+                f"gpu {op}: the cooperative (group) kernels do not take this "
+                f"{_KIND_NAMES.get(key.kind, 'key')} (its CRT halves need a size class of "
+                "4·max(Lp, Lq) limbs, at most 128: primes of at most 2048 bits); the one-thread "
+                "kernels (kernels='thread') do")
+        if not group and not key.lmax:
+            raise OperandError(f"gpu {op}: the one-thread kernels do not take this "
+                               f"{_KIND_NAMES.get(key.kind, 'key')}; the group kernels "
+                               "(kernels='group') do")
+        return int(group)
+
+    def _run(self, op: str, fn: Callable[..., int], key: DeviceKey | None, xs: list[Limbs],
+             *tail: Any, lead: tuple[Any, ...] = ()) -> GpuBatch:
+        """``fn(*lead | key, *operands, *tail, &out)``: one op on this engine's device."""
         keep: list[np.ndarray] = []
         ops = [self._operand(x, keep) for x in xs]
         h = ctypes.c_void_p()
-        _check(self.lib, fn(key.handle, *ops, *tail, ctypes.byref(h)))
+        head = lead if key is None else (key.handle,)
+        _check(self.lib, fn(*head, *ops, *tail, ctypes.byref(h)), op)
         return GpuBatch(self.lib, h)
 
-    def mul(self, key: DeviceKey, a: Limbs, b: Limbs, mode: int) -> GpuBatch:
-        return self._run(self.lib.unifl_gpu_mul, key, [a, b], a.shape[0], mode)
+    # ---- ops of both families
+    def mul(self, key: DeviceKey, a: Limbs, b: Limbs, mode: int, group: bool) -> GpuBatch:
+        op = "mont_mul" if mode == 0 else "mod_mul"
+        L = key.sizes["L"]
+        n = _need_rows(op, "a", a, L)
+        _need_rows(op, "b", b, L, n, shared_ok=True)
+        return self._run(op, self.lib.unifl_gpu_mul, key, [a, b], n, mode,
+                         self._family(key, group, op))
 
-    def exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray, mode: int) -> GpuBatch:
-        return self._run(self.lib.unifl_gpu_exp, key, [base, exps], base.shape[0], mode)
+    def exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray, mode: int, group: bool
+            ) -> GpuBatch:
+        op = "mont_exp" if mode == 0 else "mod_exp"
+        n = _need_rows(op, "base", base, key.sizes["L"])
+        if exps.ndim != 2 or exps.shape[1] < 1:
+            raise _shape_error(op, "exps", f"(1|{n}, Le >= 1)", exps.shape)
+        _need_rows(op, "exps", exps, exps.shape[1], n, shared_ok=True)
+        return self._run(op, self.lib.unifl_gpu_exp, key, [base, exps], n, mode,
+                         self._family(key, group, op))
 
-    def multi_exp(self, key: DeviceKey, bases: Limbs, exps: np.ndarray) -> GpuBatch:
+    def multi_exp(self, key: DeviceKey, bases: Limbs, exps: np.ndarray, group: bool, chunk: int
+                  ) -> GpuBatch:
+        op = "mont_multi_exp"
+        N = _need_rows(op, "bases", bases, key.sizes["L"])
+        if exps.ndim != 3 or exps.shape[1] != N or exps.shape[0] < 1 or exps.shape[2] < 1:
+            raise _shape_error(op, "exps", f"(K >= 1, {N}, Le >= 1)", exps.shape)
+        if N < 1:
+            raise OperandError(f"gpu {op}: need at least one base")
+        if group and chunk < 1:
+            raise OperandError(f"gpu {op}: chunk must be >= 1, got {chunk}")
         k, n, le = exps.shape
         exps = np.ascontiguousarray(exps, dtype=np.uint64)
+        flag = self._family(key, group, op)
         keep: list[np.ndarray] = []
-        op = self._operand(bases, keep)
+        base_op = self._operand(bases, keep)
         h = ctypes.c_void_p()
-        _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, op, n, _ptr(exps), k, le,
-                                                      ctypes.byref(h)))
+        _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, base_op, n, _ptr(exps), k, le,
+                                                      flag, int(chunk), ctypes.byref(h)), op)
         return GpuBatch(self.lib, h)
 
-    def paillier_encrypt(self, pub: DeviceKey, m: Limbs, r: Limbs) -> GpuBatch:
-        return self._run(self.lib.unifl_gpu_paillier_encrypt, pub, [m, r], m.shape[0])
+    def paillier_encrypt(self, pub: DeviceKey, m: Limbs, r: Limbs, group: bool) -> GpuBatch:
+        op = "paillier_encrypt"
+        Ln = pub.sizes["Ln"]
+        n = _need_rows(op, "m", m, Ln)
+        _need_rows(op, "r", r, Ln, n)
+        return self._run(op, self.lib.unifl_gpu_paillier_encrypt, pub, [m, r], n,
+                         self._family(pub, group, op))
 
-    def paillier_encrypt_owner(self, owner: DeviceKey, m: Limbs, yp: Limbs, yq: Limbs
-                               ) -> GpuBatch:
-        return self._run(self.lib.unifl_gpu_paillier_encrypt_owner, owner, [m, yp, yq], m.shape[0])
+    def paillier_encrypt_owner(self, owner: DeviceKey, m: Limbs, yp: Limbs, yq: Limbs,
+                               group: bool) -> GpuBatch:
+        op = "paillier_encrypt_owner"
+        sz = owner.sizes
+        n = _need_rows(op, "m", m, sz["Ln"])
+        _need_rows(op, "yp", yp, sz["Lp"], n)
+        _need_rows(op, "yq", yq, sz["Lq"], n)
+        return self._run(op, self.lib.unifl_gpu_paillier_encrypt_owner, owner, [m, yp, yq], n,
+                         self._family(owner, group, op))
 
-    def paillier_decrypt(self, priv: DeviceKey, c: Limbs) -> GpuBatch:
-        return self._run(self.lib.unifl_gpu_paillier_decrypt, priv, [c], c.shape[0])
+    def paillier_decrypt(self, priv: DeviceKey, c: Limbs, group: bool) -> GpuBatch:
+        op = "paillier_decrypt"
+        n = _need_rows(op, "c", c, priv.sizes["L2"])
+        return self._run(op, self.lib.unifl_gpu_paillier_decrypt, priv, [c], n,
+                         self._family(priv, group, op))
+
+    # ---- ops with only a cooperative kernel (one launch each)
+    def prod_groups(self, key: DeviceKey, a: Limbs, order: np.ndarray, plan: np.ndarray,
+                    num_groups: int) -> GpuBatch:
+        op = "mont_prod_groups"
+        n = _need_rows(op, "a", a, key.sizes["L"])
+        order, plan = _plan_arrays(op, order, plan, n, int(num_groups))
+        self._family(key, True, op)
+        return self._run(op, self.lib.unifl_gpu_prod_groups, key, [a], n,
+                         order.ctypes.data_as(_i64p), plan.ctypes.data_as(_i64p), plan.shape[0],
+                         int(num_groups))
+
+    def inverse(self, key: DeviceKey, a: Limbs, chunk: int) -> tuple[GpuBatch, int]:
+        """(a^-1·R rows, chunks with a non-invertible row): a non-zero count means the rows are
+        undefined and the batch must be refused (kernel_backend does)."""
+        op = "mont_inverse"
+        n = _need_rows(op, "a", a, key.sizes["L"])
+        if n < 1 or chunk < 1:
+            raise OperandError(f"gpu {op}: need at least one row and chunk >= 1, got {n} rows, "
+                               f"chunk {chunk}")
+        self._family(key, True, op)
+        keep: list[np.ndarray] = []
+        operand = self._operand(a, keep)
+        h, bad = ctypes.c_void_p(), ctypes.c_uint(0)
+        _check(self.lib, self.lib.unifl_gpu_inverse(key.handle, operand, n, int(chunk),
+                                                    ctypes.byref(h), ctypes.byref(bad)), op)
+        return GpuBatch(self.lib, h), int(bad.value)
+
+    def _fixed_base_args(self, op: str, tables: list[tuple[str, DeviceTable, int]], window: int,
+                         m: Limbs, Ln: int, a: np.ndarray) -> tuple[int, int, np.ndarray]:
+        """(nwin, n, a as contiguous uint64) after checking the tables (this device, shape
+        (nwin, 2^w − 1, L) with one nwin), m (n, Ln) and the exponents (n, La) against nwin·w."""
+        if not 1 <= window <= 16:
+            raise OperandError(f"gpu {op}: window must be in [1, 16], got {window}")
+        nwin = tables[0][1].shape[0]
+        for name, t, L in tables:
+            if not isinstance(t, DeviceTable) or t.device != self.device or not t.handle:
+                raise OperandError(f"gpu {op}: {name} is not a table of this engine's device "
+                                   f"cuda:{self.device} (prepare_table)")
+            want = (nwin, (1 << window) - 1, L)
+            if t.shape != want:
+                raise _shape_error(op, name, str(want), t.shape)
+        n = _need_rows(op, "m", m, Ln)
+        a = np.asarray(a)
+        if a.dtype != np.uint64 or a.ndim != 2 or a.shape[0] != n or a.shape[1] < 1:
+            raise OperandError(f"gpu {op}: a must be a uint64 array of shape ({n}, La >= 1), got "
+                               f"{a.dtype} {a.shape}")
+        a = np.ascontiguousarray(a)
+        _check_exponents(op, a, nwin * window)
+        return nwin, n, a
+
+    def fixed_base(self, pub: DeviceKey, table: DeviceTable, window: int, m: Limbs,
+                   a: np.ndarray) -> GpuBatch:
+        op = "paillier_encrypt_fixed_base"
+        nwin, n, a = self._fixed_base_args(op, [("table", table, pub.sizes["L2"])], window, m,
+                                           pub.sizes["Ln"], a)
+        self._family(pub, True, op)
+        return self._run(op, self.lib.unifl_gpu_fixed_base, None, [m], _ptr(a), a.shape[1], n,
+                         lead=(pub.handle, table.handle, window, nwin))
+
+    def owner_fixed_base(self, owner: DeviceKey, tp: DeviceTable, tq: DeviceTable, window: int,
+                         m: Limbs, a: np.ndarray) -> GpuBatch:
+        op = "paillier_encrypt_owner_fixed_base"
+        sz = owner.sizes
+        nwin, n, a = self._fixed_base_args(op, [("tp", tp, sz["Lp2"]), ("tq", tq, sz["Lq2"])],
+                                           window, m, sz["Ln"], a)
+        self._family(owner, True, op)
+        return self._run(op, self.lib.unifl_gpu_owner_fixed_base, None, [m], _ptr(a),
+                         a.shape[1], n, lead=(owner.handle, tp.handle, tq.handle, window, nwin))
 
     def cgbn_mod_exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray) -> np.ndarray | None:
         """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in or when

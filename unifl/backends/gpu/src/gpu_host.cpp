@@ -16,11 +16,12 @@
 // GCC cannot see that the local limb arrays (capacity LMAX) are written up to the runtime length L
 // before they are read, and warns "may be used uninitialized" through the inlined bodies.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include "kernels.cuh"
+#include "kernels_group.cuh"
 
 namespace py = pybind11;
 using unifl_gpu::Lay;
 using unifl_gpu::u64;
+using unifl_gpu::coop::u32;
 using Limbs = py::array_t<u64, py::array::c_style | py::array::forcecast>;
 
 namespace {
@@ -41,6 +42,20 @@ void parallel_for(long long n, int threads, F fn) {
     }
     for (auto &th : pool) th.join();
 }
+
+// Runs a cooperative body for every instance: one HostLanes<TPI> group (all TPI lanes in lockstep)
+// per call, with its own window table (the shared-memory slice a group has on the device).
+template <int TPI, int LPT, class F>
+void run_groups(long long n, int threads, F body) {
+    const int words = unifl_gpu::coop::table_words<unifl_gpu::coop::HostLanes<TPI>, LPT>();
+    parallel_for(n, threads, [&](long long i) {
+        thread_local std::vector<u32> tab;
+        if ((int)tab.size() < words) tab.resize(size_t(words));
+        body(i, tab.data());
+    });
+}
+
+#define HL unifl_gpu::coop::HostLanes<TPI>
 
 // A batch in the layout under test: element-major views the numpy buffer in place, limb-major
 // copies it transposed (as the CUDA runtime's staging does).
@@ -210,7 +225,7 @@ void need(bool ok, const char *what) {
     if (!ok) throw std::invalid_argument(what);
 }
 
-Limbs mul(py::array key_, py::array a_, py::array b_, int mode, bool soa, int threads) {
+Limbs mul(py::array key_, py::array a_, py::array b_, int mode, bool soa, int threads, bool group) {
     const int L = check_ctx_blob(key_, "mul");
     Limbs key = arr(key_, "mul", "key", {kAny});
     const u64 *kb = key.data();
@@ -221,16 +236,20 @@ Limbs mul(py::array key_, py::array a_, py::array b_, int mode, bool soa, int th
     {
         py::gil_scoped_release nogil;
         Batch A(ro(a), n, L, soa), B(ro(b), n, L, soa), O(mut(out), n, L, soa);
-        need(UNIFL_WITH_LMAX(unifl_gpu::ctx_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_mul<LM>(i, kb, O.ptr, O.lay, A.ptr, A.lay, B.ptr, B.lay, mode);
-             })),
+        const int lm = unifl_gpu::ctx_lmax(kb);
+        need(group ? UNIFL_WITH_SHAPE(lm, run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *) {
+                         unifl_gpu::coop::gbody_mul<HL, LPT>(i, kb, O.ptr, O.lay, A.ptr, A.lay, B.ptr, B.lay, mode);
+                     }))
+                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
+                         unifl_gpu::body_mul<LM>(i, kb, O.ptr, O.lay, A.ptr, A.lay, B.ptr, B.lay, mode);
+                     })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
     return out;
 }
 
-Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads) {
+Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads, bool group) {
     const int L = check_ctx_blob(key_, "exp");
     Limbs key = arr(key_, "exp", "key", {kAny});
     const u64 *kb = key.data();
@@ -245,16 +264,22 @@ Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa
         py::gil_scoped_release nogil;
         Batch X(ro(base), n, L, soa), O(mut(out), n, L, soa);
         const u64 *e = exps.data();
-        need(UNIFL_WITH_LMAX(unifl_gpu::ctx_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_exp<LM>(i, kb, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
-             })),
+        const int lm = unifl_gpu::ctx_lmax(kb);
+        need(group ? UNIFL_WITH_SHAPE(lm, run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
+                         unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared,
+                                                             mode);
+                     }))
+                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
+                         unifl_gpu::body_exp<LM>(i, kb, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
+                     })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
     return out;
 }
 
-Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int threads) {
+Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int threads, bool group,
+                long long chunk) {
     const int L = check_ctx_blob(key_, "multi_exp");
     Limbs key = arr(key_, "multi_exp", "key", {kAny});
     const u64 *kb = key.data();
@@ -268,6 +293,21 @@ Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int
     Limbs out({(py::ssize_t)K, (py::ssize_t)L});
     {
         py::gil_scoped_release nogil;
+        if (group) {  // one launch: parts of `chunk` columns, the last part of a row reduces it
+            need(chunk >= 1, "multi_exp: chunk must be >= 1");
+            const long long P = (N + chunk - 1) / chunk;
+            std::vector<u64> partials(size_t(K * P) * L);
+            std::vector<unsigned int> counters(size_t(K), 0u);
+            Batch B(ro(bases), N, L, soa), O(mut(out), K, L, soa);
+            const u64 *e = exps.data();
+            need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb), run_groups<TPI, LPT>(K * P, threads, [&](long long i, u32 *tab) {
+                     unifl_gpu::coop::gbody_multi_exp<HL, LPT>(i, kb, tab, O.ptr, O.lay, B.ptr, B.lay, e, Le, N, P,
+                                                               chunk, partials.data(), counters.data());
+                 })),
+                 "modulus wider than 8192 bits");
+            O.copy_out(mut(out));
+            return out;
+        }
         std::vector<u64> scratch(size_t(K * N) * L);
         Batch B(ro(bases), N, L, soa);
         Batch S(scratch.data(), K * N, L, soa);
@@ -293,7 +333,7 @@ Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int
     return out;
 }
 
-Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads) {
+Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads, bool group) {
     check_pub_blob(pub_, "paillier_encrypt");
     Limbs pub = arr(pub_, "paillier_encrypt", "key", {kAny});
     const u64 *kb = pub.data();
@@ -305,9 +345,14 @@ Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int
     {
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), R(ro(r), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
-        need(UNIFL_WITH_LMAX(unifl_gpu::pub_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
-             })),
+        const int lm = unifl_gpu::pub_lmax(kb);
+        need(group ? UNIFL_WITH_SHAPE(lm, run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
+                         unifl_gpu::coop::gbody_paillier_encrypt<HL, LPT>(i, kb, tab, O.ptr, O.lay, M.ptr, M.lay,
+                                                                          R.ptr, R.lay);
+                     }))
+                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
+                         unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
+                     })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
@@ -315,7 +360,7 @@ Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int
 }
 
 Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::array yq_, bool soa,
-                             int threads) {
+                             int threads, bool group) {
     const char *fn = "paillier_encrypt_owner";
     check_owner_blob(owner_, fn);
     Limbs owner = arr(owner_, fn, "key", {kAny});
@@ -330,17 +375,22 @@ Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), P(ro(yp), n, k.Lp, soa), Q(ro(yq), n, k.Lq, soa),
             O(mut(out), n, k.n2.L, soa);
-        need(UNIFL_WITH_LMAX(unifl_gpu::owner_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_paillier_encrypt_owner<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay,
-                                                            Q.ptr, Q.lay);
-             })),
-             "modulus wider than 8192 bits");
+        need(group ? UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
+                                      run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
+                                          unifl_gpu::coop::gbody_paillier_encrypt_owner<HL, LPT>(
+                                              i, kb, tab, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay, Q.ptr, Q.lay);
+                                      }))
+                   : UNIFL_WITH_LMAX(unifl_gpu::owner_lmax(kb), parallel_for(n, threads, [&](long long i) {
+                         unifl_gpu::body_paillier_encrypt_owner<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay,
+                                                                    Q.ptr, Q.lay);
+                     })),
+             "key outside the instantiated size classes");
         O.copy_out(mut(out));
     }
     return out;
 }
 
-Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads) {
+Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, bool group) {
     check_priv_blob(priv_, "paillier_decrypt");
     Limbs priv = arr(priv_, "paillier_decrypt", "key", {kAny});
     const u64 *kb = priv.data();
@@ -351,10 +401,165 @@ Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads) {
     {
         py::gil_scoped_release nogil;
         Batch C(ro(c), n, k.L2, soa), O(mut(out), n, k.Ln, soa);
-        need(UNIFL_WITH_LMAX(unifl_gpu::priv_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                 unifl_gpu::body_paillier_decrypt<LM>(i, kb, O.ptr, O.lay, C.ptr, C.lay);
+        need(group ? UNIFL_WITH_SHAPE(unifl_gpu::coop::priv_group_lmax(kb),
+                                      run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
+                                          unifl_gpu::coop::gbody_paillier_decrypt<HL, LPT>(i, kb, tab, O.ptr, O.lay,
+                                                                                           C.ptr, C.lay);
+                                      }))
+                   : UNIFL_WITH_LMAX(unifl_gpu::priv_lmax(kb), parallel_for(n, threads, [&](long long i) {
+                         unifl_gpu::body_paillier_decrypt<LM>(i, kb, O.ptr, O.lay, C.ptr, C.lay);
+                     })),
+             "key outside the instantiated size classes");
+        O.copy_out(mut(out));
+    }
+    return out;
+}
+
+// ---- ops that only the cooperative kernels have
+// plan: (chunks, 5) int64 rows [group, begin, end, first chunk of the group, chunks of the group]
+// over `order` (the input rows group by group); see gbody_prod_groups.
+Limbs prod_groups(py::array key_, py::array a_, py::array order_, py::array plan_, long long num_groups,
+                  bool soa, int threads) {
+    const char *fn = "prod_groups";
+    const int L = check_ctx_blob(key_, fn);
+    Limbs key = arr(key_, fn, "key", {kAny});
+    const u64 *kb = key.data();
+    Limbs a = arr(a_, fn, "a", {kAny, L});
+    const long long n = a.shape(0);
+    using I64 = py::array_t<long long, py::array::c_style>;
+    if (!order_.dtype().equal(py::dtype::of<long long>()) || !plan_.dtype().equal(py::dtype::of<long long>()))
+        bad_arg(fn, "order/plan", "must be int64 arrays");
+    I64 order = I64::ensure(order_), plan = I64::ensure(plan_);
+    need(order.ndim() == 1 && order.shape(0) == n, "prod_groups: order must list every row once");
+    need(plan.ndim() == 2 && plan.shape(1) == 5, "prod_groups: plan must have shape (chunks, 5)");
+    need(num_groups >= 1, "prod_groups: need at least one group");
+    const long long chunks = plan.shape(0);
+    const long long *o = order.data(), *pl = plan.data();
+    std::vector<char> seen(size_t(n), 0);
+    for (long long j = 0; j < n; ++j) {
+        need(o[j] >= 0 && o[j] < n && !seen[size_t(o[j])], "prod_groups: order must be a permutation of the rows");
+        seen[size_t(o[j])] = 1;
+    }
+    for (long long c = 0; c < chunks; ++c) {
+        const long long *r = pl + c * 5;
+        need(r[0] >= 0 && r[0] < num_groups && 0 <= r[1] && r[1] <= r[2] && r[2] <= n && r[4] >= 1 &&
+                 r[3] >= 0 && r[3] + r[4] <= chunks && c >= r[3] && c < r[3] + r[4],
+             "prod_groups: inconsistent plan row");
+    }
+    Limbs out({(py::ssize_t)num_groups, (py::ssize_t)L});
+    {
+        py::gil_scoped_release nogil;
+        std::vector<u64> partials(size_t(chunks) * L);
+        std::vector<unsigned int> counters(size_t(num_groups), 0u);
+        Batch A(ro(a), n, L, soa), O(mut(out), num_groups, L, soa);
+        need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb), run_groups<TPI, LPT>(chunks, threads, [&](long long i, u32 *) {
+                 unifl_gpu::coop::gbody_prod_groups<HL, LPT>(i, kb, O.ptr, O.lay, A.ptr, A.lay, o, pl,
+                                                             partials.data(), counters.data());
              })),
              "modulus wider than 8192 bits");
+        O.copy_out(mut(out));
+    }
+    return out;
+}
+
+// (x^-1·R rows, count of chunks with a non-invertible row)
+py::tuple inverse(py::array key_, py::array a_, long long chunk, bool soa, int threads) {
+    const char *fn = "inverse";
+    const int L = check_ctx_blob(key_, fn);
+    Limbs key = arr(key_, fn, "key", {kAny});
+    const u64 *kb = key.data();
+    Limbs a = arr(a_, fn, "a", {kAny, L});
+    const long long n = a.shape(0);
+    need(chunk >= 1, "inverse: chunk must be >= 1");
+    need(n >= 1, "inverse: need at least one row");
+    Limbs out({(py::ssize_t)n, (py::ssize_t)L});
+    unsigned int bad = 0;
+    {
+        py::gil_scoped_release nogil;
+        Batch A(ro(a), n, L, soa), O(mut(out), n, L, soa);
+        need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb),
+                              run_groups<TPI, LPT>((n + chunk - 1) / chunk, threads, [&](long long i, u32 *) {
+                                  unifl_gpu::coop::gbody_inverse<HL, LPT>(i, kb, O.ptr, O.lay, A.ptr, A.lay, n,
+                                                                          chunk, &bad);
+                              })),
+             "modulus wider than 8192 bits");
+        O.copy_out(mut(out));
+    }
+    return py::make_tuple(out, bad);
+}
+
+// a comb table: (nwin, 2^w − 1, L) uint64
+Limbs table_arr(const py::array &t, const char *fn, const char *name, int w, int L) {
+    need(w >= 1 && w <= 16, "fixed base: window must be in [1, 16]");
+    return arr(t, fn, name, {kAny, (1LL << w) - 1, L});
+}
+
+// the exponents must fit the bits the table covers (nwin·w): a longer one would be cut silently
+void check_exponents(const Limbs &a, long long covered, const char *fn) {
+    const long long n = a.shape(0), La = a.shape(1);
+    for (long long i = 0; i < n; ++i)
+        for (long long l = 0; l < La; ++l) {
+            const long long lo = 64 * l;
+            const u64 keep = covered >= lo + 64 ? ~0ull : covered <= lo ? 0ull : ((1ull << (covered - lo)) - 1);
+            if (a.data()[i * La + l] & ~keep)
+                bad_arg(fn, "a", "row " + std::to_string(i) + ": a fixed-base exponent longer than the " +
+                                     std::to_string(covered) + " bits the comb table covers");
+        }
+}
+
+Limbs fixed_base(py::array pub_, py::array table_, int w, py::array m_, py::array a_, bool soa, int threads) {
+    const char *fn = "fixed_base";
+    check_pub_blob(pub_, fn);
+    Limbs pub = arr(pub_, fn, "key", {kAny});
+    const u64 *kb = pub.data();
+    const auto k = unifl_gpu::parse_pub(kb);
+    Limbs table = table_arr(table_, fn, "table", w, k.n2.L);
+    const int nwin = (int)table.shape(0);
+    Limbs m = arr(m_, fn, "m", {kAny, k.Ln});
+    const long long n = m.shape(0);
+    Limbs a = arr(a_, fn, "a", {n, kAny});
+    const int La = (int)a.shape(1);
+    check_exponents(a, (long long)nwin * w, fn);
+    Limbs out({(py::ssize_t)n, (py::ssize_t)k.n2.L});
+    {
+        py::gil_scoped_release nogil;
+        Batch M(ro(m), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
+        const u64 *t = table.data(), *e = a.data();
+        need(UNIFL_WITH_SHAPE(unifl_gpu::pub_lmax(kb), run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *) {
+                 unifl_gpu::coop::gbody_fixed_base<HL, LPT>(i, kb, t, w, nwin, O.ptr, O.lay, M.ptr, M.lay, e, La);
+             })),
+             "modulus wider than 8192 bits");
+        O.copy_out(mut(out));
+    }
+    return out;
+}
+
+Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py::array m_, py::array a_, bool soa,
+                       int threads) {
+    const char *fn = "owner_fixed_base";
+    check_owner_blob(owner_, fn);
+    Limbs owner = arr(owner_, fn, "key", {kAny});
+    const u64 *kb = owner.data();
+    const auto k = unifl_gpu::parse_owner(kb);
+    Limbs tp = table_arr(tp_, fn, "tp", w, k.p2.L);
+    const int nwin = (int)tp.shape(0);
+    Limbs tq = arr(tq_, fn, "tq", {nwin, (1LL << w) - 1, k.q2.L});
+    Limbs m = arr(m_, fn, "m", {kAny, k.Ln});
+    const long long n = m.shape(0);
+    Limbs a = arr(a_, fn, "a", {n, kAny});
+    const int La = (int)a.shape(1);
+    check_exponents(a, (long long)nwin * w, fn);
+    Limbs out({(py::ssize_t)n, (py::ssize_t)k.n2.L});
+    {
+        py::gil_scoped_release nogil;
+        Batch M(ro(m), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
+        const u64 *p = tp.data(), *q = tq.data(), *e = a.data();
+        need(UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
+                              run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *) {
+                                  unifl_gpu::coop::gbody_owner_fixed_base<HL, LPT>(i, kb, p, q, w, nwin, O.ptr, O.lay,
+                                                                                   M.ptr, M.lay, e, La);
+                              })),
+             "key outside the instantiated size classes");
         O.copy_out(mut(out));
     }
     return out;
@@ -365,16 +570,25 @@ Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads) {
 PYBIND11_MODULE(_gpu_host, mod) {
     mod.doc() = "UniFL gpu kernel bodies run on the host CPU (verification harness, no GPU)";
     mod.def("lmax_class", [](int L) { return unifl_gpu::lmax_class(L); });
+    // group=True: the cooperative bodies (kernels_group.cuh), lanes emulated in lockstep
     mod.def("mul", &mul, py::arg("key"), py::arg("a"), py::arg("b"), py::arg("mode"),
-            py::arg("soa"), py::arg("threads"));
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false);
     mod.def("exp", &power, py::arg("key"), py::arg("base"), py::arg("exps"), py::arg("mode"),
-            py::arg("soa"), py::arg("threads"));
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false);
     mod.def("multi_exp", &multi_exp, py::arg("key"), py::arg("bases"), py::arg("exps"),
-            py::arg("soa"), py::arg("threads"));
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("chunk") = 1);
     mod.def("paillier_encrypt", &paillier_encrypt, py::arg("pub"), py::arg("m"), py::arg("r"),
-            py::arg("soa"), py::arg("threads"));
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false);
     mod.def("paillier_encrypt_owner", &paillier_encrypt_owner, py::arg("owner"), py::arg("m"), py::arg("yp"),
-            py::arg("yq"), py::arg("soa"), py::arg("threads"));
+            py::arg("yq"), py::arg("soa"), py::arg("threads"), py::arg("group") = false);
     mod.def("paillier_decrypt", &paillier_decrypt, py::arg("priv"), py::arg("c"), py::arg("soa"),
+            py::arg("threads"), py::arg("group") = false);
+    mod.def("prod_groups", &prod_groups, py::arg("key"), py::arg("a"), py::arg("order"), py::arg("plan"),
+            py::arg("num_groups"), py::arg("soa"), py::arg("threads"));
+    mod.def("inverse", &inverse, py::arg("key"), py::arg("a"), py::arg("chunk"), py::arg("soa"),
             py::arg("threads"));
+    mod.def("fixed_base", &fixed_base, py::arg("pub"), py::arg("table"), py::arg("w"), py::arg("m"),
+            py::arg("a"), py::arg("soa"), py::arg("threads"));
+    mod.def("owner_fixed_base", &owner_fixed_base, py::arg("owner"), py::arg("tp"), py::arg("tq"), py::arg("w"),
+            py::arg("m"), py::arg("a"), py::arg("soa"), py::arg("threads"));
 }

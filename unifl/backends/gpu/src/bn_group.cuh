@@ -1,0 +1,713 @@
+// UniFL gpu backend: cooperative big-number arithmetic.  One instance (one big number, one Paillier
+// operation) is held by a *group* of TPI threads of a warp; lane t of the group keeps the 32-bit
+// words [t·LPT, (t+1)·LPT) of every number in registers, so a number of the size class has
+// C = TPI·LPT words and no thread holds more than LPT of them.  Carries cross lanes through warp
+// shuffles and votes.
+//
+// Single source, two policies.  Every routine here is a template over a lane policy G:
+//   WarpLanes<TPI>  (nvcc, device)  a per-lane value is a plain register (u32 / u64 / bool), the
+//                                   group primitives are __shfl_sync / __ballot_sync on the group's
+//                                   lanes;
+//   HostLanes<TPI>  (g++, host)     a per-lane value is Lanes<T, TPI>, the values of all TPI lanes,
+//                                   and every operation runs on all of them in lockstep; a shuffle
+//                                   reads another lane's slot, a vote builds the mask.
+// Lane-varying values have the policy's types (G::W, G::D, G::B); group-uniform values (a shuffled
+// broadcast, a vote mask, loop counters) are plain scalars.  So on the host a lane-varying value
+// used where a uniform one is needed (a branch, a loop bound) does not compile: control flow is
+// uniform within a group by construction, which is what makes the warp code converge and the
+// host emulation exact.
+//
+// Math.  MontMult is word-serial CIOS (Koç, Acar, Kaliski 1996) distributed over the lanes: per
+// word a_i of the multiplier, every lane adds a_i·b and q·m on its own words (q = t_0·(−m^-1) mod
+// 2^32 from lane 0, one broadcast), and the whole accumulator shifts down one word (one shuffle).
+// Carries between lanes are not propagated per word: each lane keeps a pending 64-bit carry for the
+// word above its top word and folds it in at the shift (t stays exact as Σ lanes), and one carry
+// resolution (a vote-based carry-lookahead over the lanes) runs at the end.  So a MontMult of n
+// words is n iterations of 2·LPT 32×32→64 multiply-adds per lane -- 2n² products over the group,
+// the 4n² IMAD slots of the model -- plus 3 shuffles per word.  R = 2^(32·n32) with n32 = 2·L the
+// modulus' own word count (the same R = 2^(64·L) as unifl.core.montgomery), whatever the class.
+//
+// Carry lookahead over lanes.  After each lane has added what it owns, lane i either generates a
+// carry (g_i), propagates one (all its words are ones: p_i), or kills it; the carries into the
+// lanes are then c = ((G + (G|P)) ^ P) for the vote masks G, P (bit i of G + (G|P) sees the carry
+// of an integer addition that generates at g and passes at p), and bit TPI is the carry out.
+// Borrows resolve the same way with "all words zero" as the propagate condition.
+//
+// Not constant time, like the one-thread kernels (see bn_core.cuh): the secret-exponent bodies
+// use a fixed digit schedule (no skipped zero digits) so both CRT halves of a group run the same
+// instruction stream, but table reads are indexed by the digits.
+#pragma once
+
+#include "kernels.cuh"  // bn_core.cuh, ModCtx, Lay
+
+// fully unrolled loops over a lane's words keep them in registers (static indices); device code
+// only: nvcc's host pass would hand the pragma to g++, which warns (an error under -Werror)
+#ifdef __CUDA_ARCH__
+#define UNIFL_UNROLL _Pragma("unroll")
+#else
+#define UNIFL_UNROLL
+#endif
+
+namespace unifl_gpu {
+namespace coop {
+
+typedef uint32_t u32;
+
+// =============================================================================== lane policies
+#ifdef __CUDACC__
+template <int TPI_>
+struct WarpLanes {
+    static constexpr int TPI = TPI_;
+    typedef u32 W;   // a lane's 32-bit word
+    typedef u64 D;   // a lane's 64-bit value
+    typedef bool B;  // a lane's predicate
+    typedef WarpLanes<TPI_ / 2> Half;
+
+    __device__ __forceinline__ static int base() { return (int)(threadIdx.x & 31u) & ~(TPI - 1); }
+    __device__ __forceinline__ static u32 mask() {
+        return TPI == 32 ? 0xffffffffu : (((1u << (TPI & 31)) - 1u) << base());
+    }
+    __device__ __forceinline__ static W lane() { return threadIdx.x & (TPI - 1); }
+    // value of lane `src` (uniform) to every lane, as a uniform scalar
+    __device__ __forceinline__ static u32 bcast(W x, int src) { return __shfl_sync(mask(), x, src, TPI); }
+    // lane i gets lane i + d's value (0 past the top lane)
+    __device__ __forceinline__ static W down(W x, int d) {
+        const W y = __shfl_down_sync(mask(), x, d, TPI);
+        return (int)lane() + d < TPI ? y : 0u;
+    }
+    __device__ __forceinline__ static D down(D x, int d) {
+        const u32 lo = __shfl_down_sync(mask(), (u32)x, d, TPI);
+        const u32 hi = __shfl_down_sync(mask(), (u32)(x >> 32), d, TPI);
+        return (int)lane() + d < TPI ? ((D)hi << 32 | lo) : 0ull;
+    }
+    // lane i gets lane i − d's value (0 below lane 0)
+    __device__ __forceinline__ static W up(W x, int d) {
+        const W y = __shfl_up_sync(mask(), x, d, TPI);
+        return (int)lane() >= d ? y : 0u;
+    }
+    __device__ __forceinline__ static D up(D x, int d) {
+        const u32 lo = __shfl_up_sync(mask(), (u32)x, d, TPI);
+        const u32 hi = __shfl_up_sync(mask(), (u32)(x >> 32), d, TPI);
+        return (int)lane() >= d ? ((D)hi << 32 | lo) : 0ull;
+    }
+    // bit t = lane t's predicate
+    __device__ __forceinline__ static u32 ballot(B p) {
+        const u32 b = __ballot_sync(mask(), p) >> base();
+        return TPI == 32 ? b : b & ((1u << (TPI & 31)) - 1u);
+    }
+    __device__ __forceinline__ static D gather(const u64 *p, D idx, B ok) { return ok ? p[idx] : 0ull; }
+    // a read that bypasses L1: values another block wrote before a fence (see arrive)
+    __device__ __forceinline__ static D gather_cg(const u64 *p, D idx, B ok) {
+        return ok ? __ldcg(p + idx) : 0ull;
+    }
+    __device__ __forceinline__ static void scatter(u64 *p, D idx, D v, B ok) {
+        if (ok) p[idx] = v;
+    }
+    // a group's slice of shared memory: word `lane` of a row of TPI words
+    __device__ __forceinline__ static W ld(const u32 *row) { return row[lane()]; }
+    __device__ __forceinline__ static void st(u32 *row, W x) { row[lane()] = x; }
+    // Counts this group's arrival at `counter` after its global stores; returns the count before
+    // (uniform).  Every lane fences its own stores first, so the group that arrives last sees the
+    // others' values (read them with gather_cg).
+    __device__ __forceinline__ static u32 arrive(unsigned int *counter) {
+        __threadfence();
+        __syncwarp(mask());
+        u32 old = 0;
+        if (lane() == 0) old = atomicAdd(counter, 1u);
+        old = __shfl_sync(mask(), old, 0, TPI);
+        __threadfence();
+        return old;
+    }
+    __device__ __forceinline__ static void flag(unsigned int *counter) {
+        if (lane() == 0) atomicAdd(counter, 1u);
+    }
+    // Runs f(H, s) on the two half-groups of TPI/2 lanes at once (s = 0 for the lower lanes, 1 for
+    // the upper ones); each thread is in one of them, so a value of the half is the same register.
+    template <class F>
+    __device__ __forceinline__ static void halves(F f) {
+        f(Half(), (int)(lane() >= (W)(TPI / 2)));
+    }
+};
+#endif
+
+#ifndef __CUDA_ARCH__
+// The values of all N lanes of a group, operated on in lockstep (host emulation only).
+template <class T, int N>
+struct Lanes {
+    T v[N];
+    Lanes() = default;
+    Lanes(T x) {  // a uniform value seen by every lane
+        for (int i = 0; i < N; ++i) v[i] = x;
+    }
+};
+
+template <class T>
+struct Id {
+    typedef T type;
+};
+
+#define UNIFL_LANE_BINOP(op, R)                                                                          \
+    template <class T, int N>                                                                            \
+    inline Lanes<R, N> operator op(const Lanes<T, N> &a, const Lanes<T, N> &b) {                         \
+        Lanes<R, N> r;                                                                                   \
+        for (int i = 0; i < N; ++i) r.v[i] = (R)(a.v[i] op b.v[i]);                                      \
+        return r;                                                                                        \
+    }                                                                                                    \
+    template <class T, int N>                                                                            \
+    inline Lanes<R, N> operator op(const Lanes<T, N> &a, typename Id<T>::type b) {                       \
+        return a op Lanes<T, N>(b);                                                                      \
+    }                                                                                                    \
+    template <class T, int N>                                                                            \
+    inline Lanes<R, N> operator op(typename Id<T>::type a, const Lanes<T, N> &b) {                       \
+        return Lanes<T, N>(a) op b;                                                                      \
+    }
+UNIFL_LANE_BINOP(+, T)
+UNIFL_LANE_BINOP(-, T)
+UNIFL_LANE_BINOP(*, T)
+UNIFL_LANE_BINOP(&, T)
+UNIFL_LANE_BINOP(|, T)
+UNIFL_LANE_BINOP(^, T)
+UNIFL_LANE_BINOP(>>, T)
+UNIFL_LANE_BINOP(<<, T)
+UNIFL_LANE_BINOP(==, bool)
+UNIFL_LANE_BINOP(!=, bool)
+UNIFL_LANE_BINOP(<, bool)
+UNIFL_LANE_BINOP(>=, bool)
+#undef UNIFL_LANE_BINOP
+
+template <int N>
+inline Lanes<bool, N> operator!(const Lanes<bool, N> &a) {
+    Lanes<bool, N> r;
+    for (int i = 0; i < N; ++i) r.v[i] = !a.v[i];
+    return r;
+}
+
+template <int N>
+inline Lanes<u64, N> widen(const Lanes<u32, N> &a) {
+    Lanes<u64, N> r;
+    for (int i = 0; i < N; ++i) r.v[i] = a.v[i];
+    return r;
+}
+template <int N>
+inline Lanes<u32, N> narrow(const Lanes<u64, N> &a) {
+    Lanes<u32, N> r;
+    for (int i = 0; i < N; ++i) r.v[i] = (u32)a.v[i];
+    return r;
+}
+template <class T, int N>
+inline Lanes<T, N> sel(const Lanes<bool, N> &c, const Lanes<T, N> &a, const Lanes<T, N> &b) {
+    Lanes<T, N> r;
+    for (int i = 0; i < N; ++i) r.v[i] = c.v[i] ? a.v[i] : b.v[i];
+    return r;
+}
+
+template <int TPI_>
+struct HostLanes {
+    static constexpr int TPI = TPI_;
+    typedef Lanes<u32, TPI> W;
+    typedef Lanes<u64, TPI> D;
+    typedef Lanes<bool, TPI> B;
+    typedef HostLanes<TPI_ / 2> Half;
+
+    static W lane() {
+        W r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = (u32)i;
+        return r;
+    }
+    static u32 bcast(const W &x, int src) { return x.v[src]; }
+    template <class V>
+    static V down(const V &x, int d) {
+        V r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = i + d < TPI ? x.v[i + d] : 0;
+        return r;
+    }
+    template <class V>
+    static V up(const V &x, int d) {
+        V r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = i >= d ? x.v[i - d] : 0;
+        return r;
+    }
+    static u32 ballot(const B &p) {
+        u32 m = 0;
+        for (int i = 0; i < TPI; ++i) m |= (u32)p.v[i] << i;
+        return m;
+    }
+    static D gather(const u64 *p, const D &idx, const B &ok) {
+        D r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = ok.v[i] ? p[idx.v[i]] : 0;
+        return r;
+    }
+    static D gather_cg(const u64 *p, const D &idx, const B &ok) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        return gather(p, idx, ok);
+    }
+    static void scatter(u64 *p, const D &idx, const D &v, const B &ok) {
+        for (int i = 0; i < TPI; ++i)
+            if (ok.v[i]) p[idx.v[i]] = v.v[i];
+    }
+    static W ld(const u32 *row) {
+        W r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = row[i];
+        return r;
+    }
+    static void st(u32 *row, const W &x) {
+        for (int i = 0; i < TPI; ++i) row[i] = x.v[i];
+    }
+    static u32 arrive(unsigned int *counter) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        const u32 old = __atomic_fetch_add(counter, 1u, __ATOMIC_SEQ_CST);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        return old;
+    }
+    static void flag(unsigned int *counter) { __atomic_fetch_add(counter, 1u, __ATOMIC_SEQ_CST); }
+    // the two halves one after the other (their work is independent until they exchange values
+    // through the full group, which the bodies do outside this call)
+    template <class F>
+    static void halves(F f) {
+        f(Half(), 0);
+        f(Half(), 1);
+    }
+};
+#endif
+
+#ifdef __CUDACC__
+__device__ __forceinline__ u64 widen(u32 a) { return a; }
+__device__ __forceinline__ u32 narrow(u64 a) { return (u32)a; }
+template <class T>
+__device__ __forceinline__ T sel(bool c, T a, T b) { return c ? a : b; }
+#endif
+
+// ================================================================================ numbers
+// A number of the group's size class: lane t holds words w[0..LPT) = words t·LPT .. t·LPT+LPT−1.
+template <class G, int LPT>
+struct Num {
+    typename G::W w[LPT];
+};
+
+template <class G, int LPT>
+UNIFL_HD void set_u32(Num<G, LPT> &x, u32 low) {  // x = low (a one-word value)
+    const typename G::B l0 = G::lane() == 0u;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) x.w[k] = sel(l0, typename G::W(k == 0 ? low : 0u), typename G::W(0u));
+}
+
+// Moves a full group's number to a half group: on the device the same registers (each thread is in
+// one half); on the host the lanes of half s.
+template <class G, int LPT>
+UNIFL_HD Num<typename G::Half, LPT> to_half(const Num<G, LPT> &x, int s) {
+    Num<typename G::Half, LPT> h;
+#ifdef __CUDA_ARCH__
+    (void)s;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) h.w[k] = x.w[k];
+#else
+    for (int k = 0; k < LPT; ++k)
+        for (int i = 0; i < G::TPI / 2; ++i) h.w[k].v[i] = x.w[k].v[s * (G::TPI / 2) + i];
+#endif
+    return h;
+}
+
+template <class G, int LPT>
+UNIFL_HD void from_half(Num<G, LPT> &x, const Num<typename G::Half, LPT> &h, int s) {
+#ifdef __CUDA_ARCH__
+    (void)s;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) x.w[k] = h.w[k];
+#else
+    for (int k = 0; k < LPT; ++k)
+        for (int i = 0; i < G::TPI / 2; ++i) x.w[k].v[s * (G::TPI / 2) + i] = h.w[k].v[i];
+#endif
+}
+
+// Keeps the words of lanes below `lanes` (uniform), zeroes the others.
+template <class G, int LPT>
+UNIFL_HD void keep_lanes_below(Num<G, LPT> &x, int lanes) {
+    const typename G::B keep = G::lane() < (u32)lanes;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) x.w[k] = sel(keep, x.w[k], typename G::W(0u));
+}
+
+// Keeps words below `words` (uniform), zeroes the others.
+template <class G, int LPT>
+UNIFL_HD void keep_words_below(Num<G, LPT> &x, int words) {
+    const typename G::W first = G::lane() * (u32)LPT;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) x.w[k] = sel(first + (u32)k < (u32)words, x.w[k], typename G::W(0u));
+}
+
+// ---- global memory: element i of a batch of 64-bit limbs (limb j at src[i·se + j·sl]), L limbs,
+// starting at limb `off` of the element; words past limb L read as 0 and are not written.
+template <class G, int LPT>
+UNIFL_HD void load(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, int L, int off = 0) {
+    static_assert(LPT % 2 == 0, "a lane holds whole 64-bit limbs");
+    typedef typename G::D D;
+    const u64 *row = src + i * y.se;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT / 2; ++k) {
+        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
+        const D v = G::gather(row, (limb + (u64)off) * (u64)y.sl, limb < (u64)L);
+        x.w[2 * k] = narrow(v);
+        x.w[2 * k + 1] = narrow(v >> 32);
+    }
+}
+
+// the same through gather_cg (values other groups wrote in this launch)
+template <class G, int LPT>
+UNIFL_HD void load_cg(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, int L) {
+    typedef typename G::D D;
+    const u64 *row = src + i * y.se;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT / 2; ++k) {
+        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
+        const D v = G::gather_cg(row, limb * (u64)y.sl, limb < (u64)L);
+        x.w[2 * k] = narrow(v);
+        x.w[2 * k + 1] = narrow(v >> 32);
+    }
+}
+
+template <class G, int LPT>
+UNIFL_HD void store(u64 *dst, const Lay &y, long long i, int L, const Num<G, LPT> &x) {
+    typedef typename G::D D;
+    u64 *row = dst + i * y.se;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT / 2; ++k) {
+        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
+        G::scatter(row, limb * (u64)y.sl, widen(x.w[2 * k]) | (widen(x.w[2 * k + 1]) << 32), limb < (u64)L);
+    }
+}
+
+// a constant of L limbs (a key blob field, shared by every instance)
+template <class G, int LPT>
+UNIFL_HD void load_const(Num<G, LPT> &x, const u64 *src, int L) {
+    load<G, LPT>(x, src, Lay{0, 1}, 0, L);
+}
+
+// ---- shared memory: a number as LPT rows of TPI words (conflict-free: lane t reads bank t + k·TPI)
+template <class G, int LPT>
+UNIFL_HD void sload(Num<G, LPT> &x, const u32 *p) {
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) x.w[k] = G::ld(p + k * G::TPI);
+}
+template <class G, int LPT>
+UNIFL_HD void sstore(u32 *p, const Num<G, LPT> &x) {
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) G::st(p + k * G::TPI, x.w[k]);
+}
+
+// ================================================================================ carries
+// Resolves the carries between lanes once each lane has added its own parts: `c` is the lane's
+// carry out (0 or 1).  Adds the carry into each lane and returns the carry out of the top lane.
+template <class G, int LPT>
+UNIFL_HD u32 resolve_carries(Num<G, LPT> &t, const typename G::D &c) {
+    typedef typename G::W W;
+    typedef typename G::D D;
+    typename G::B ones = c == 0ull;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) ones = ones & (t.w[k] == 0xffffffffu);
+    const u64 g = G::ballot(c != 0ull), p = G::ballot(ones);
+    const u64 x = g + (g | p);
+    const u32 cin = (u32)(x ^ p);
+    D s = widen((W(cin) >> G::lane()) & 1u);
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) {
+        s = s + widen(t.w[k]);
+        t.w[k] = narrow(s);
+        s = s >> 32;
+    }
+    return (u32)(x >> G::TPI) & 1u;
+}
+
+// t += cin, cin a per-lane value added at the lane's word 0 (cin < 2^(32·(LPT−1))); returns the
+// carry out of the group (uniform).
+template <class G, int LPT>
+UNIFL_HD u32 add_in(Num<G, LPT> &t, typename G::D cin) {
+    static_assert(LPT >= 2, "carry-in bound needs two words per lane");
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) {
+        cin = cin + widen(t.w[k]);
+        t.w[k] = narrow(cin);
+        cin = cin >> 32;
+    }
+    return resolve_carries<G, LPT>(t, cin);
+}
+
+// r = a + b; returns the carry out (uniform).  r may alias a or b.
+template <class G, int LPT>
+UNIFL_HD u32 add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
+    typename G::D c = 0ull;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) {
+        c = c + widen(a.w[k]) + widen(b.w[k]);
+        r.w[k] = narrow(c);
+        c = c >> 32;
+    }
+    return resolve_carries<G, LPT>(r, c);
+}
+
+// r = a − b; returns the borrow out (uniform).  r may alias a or b.
+template <class G, int LPT>
+UNIFL_HD u32 sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
+    typedef typename G::W W;
+    typedef typename G::D D;
+    D bw = 0ull;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) {
+        const D s = widen(a.w[k]) - widen(b.w[k]) - bw;
+        r.w[k] = narrow(s);
+        bw = s >> 63;
+    }
+    typename G::B zero = bw == 0ull;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) zero = zero & (r.w[k] == 0u);
+    const u64 g = G::ballot(bw != 0ull), p = G::ballot(zero);
+    const u64 x = g + (g | p);
+    const u32 bin = (u32)(x ^ p);
+    D bi = widen((W(bin) >> G::lane()) & 1u);
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) {
+        const D s = widen(r.w[k]) - bi;
+        r.w[k] = narrow(s);
+        bi = s >> 63;
+    }
+    return (u32)(x >> G::TPI) & 1u;
+}
+
+// a == b (uniform)
+template <class G, int LPT>
+UNIFL_HD bool equal(const Num<G, LPT> &a, const Num<G, LPT> &b) {
+    typename G::B eq = a.w[0] == b.w[0];
+    UNIFL_UNROLL
+    for (int k = 1; k < LPT; ++k) eq = eq & (a.w[k] == b.w[k]);
+    return G::ballot(!eq) == 0u;
+}
+
+// a == v for a one-word v (uniform)
+template <class G, int LPT>
+UNIFL_HD bool equal_u32(const Num<G, LPT> &a, u32 v) {
+    Num<G, LPT> b;
+    set_u32<G, LPT>(b, v);
+    return equal<G, LPT>(a, b);
+}
+
+// ================================================================================ modular
+// A modulus as the group holds it: its words in registers, −m^-1 mod 2^32, its word count n32 and
+// the blob context (R mod m, R² mod m are read from it when needed).
+template <class G, int LPT>
+struct Mod {
+    Num<G, LPT> m;
+    u32 m0inv;
+    int n32;
+    ModCtx ctx;
+};
+
+template <class G, int LPT>
+UNIFL_HD Mod<G, LPT> make_mod(const ModCtx &k) {
+    Mod<G, LPT> md;
+    load_const<G, LPT>(md.m, k.m, k.L);
+    md.m0inv = (u32)k.n0inv;  // −m^-1 mod 2^64, reduced mod 2^32
+    md.n32 = 2 * k.L;
+    md.ctx = k;
+    return md;
+}
+
+// r = a − m if that does not borrow (or the value had a carry word `over`), else a
+template <class G, int LPT>
+UNIFL_HD void reduce_once(Num<G, LPT> &r, const Num<G, LPT> &a, u32 over, const Mod<G, LPT> &md) {
+    Num<G, LPT> d;
+    const u32 borrow = sub<G, LPT>(d, a, md.m);
+    const bool take = over || !borrow;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) r.w[k] = take ? d.w[k] : a.w[k];
+}
+
+// r = a·b·R^-1 mod m (R = 2^(32·n32)); a < R, b < m.  r may alias a or b.
+template <class G, int LPT>
+UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+    typedef typename G::W W;
+    typedef typename G::D D;
+    Num<G, LPT> t;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) t.w[k] = 0u;
+    D pend = 0ull;  // carry owed to the word above this lane's top word
+    const int n32 = md.n32;
+    for (int src = 0; src * LPT < n32; ++src) {
+        UNIFL_UNROLL
+        for (int k = 0; k < LPT; ++k) {
+            if (src * LPT + k >= n32) break;
+            const u32 ai = G::bcast(a.w[k], src);
+            D c = 0ull;
+            UNIFL_UNROLL
+            for (int j = 0; j < LPT; ++j) {  // t += a_i·b
+                const D p = widen(b.w[j]) * (u64)ai + widen(t.w[j]) + c;
+                t.w[j] = narrow(p);
+                c = p >> 32;
+            }
+            pend = pend + c;
+            const u32 q = G::bcast(t.w[0], 0) * md.m0inv;  // t + q·m ≡ 0 mod 2^32
+            c = 0ull;
+            UNIFL_UNROLL
+            for (int j = 0; j < LPT; ++j) {  // t += q·m
+                const D p = widen(md.m.w[j]) * (u64)q + widen(t.w[j]) + c;
+                t.w[j] = narrow(p);
+                c = p >> 32;
+            }
+            pend = pend + c;
+            const W in = G::down(t.w[0], 1);  // t /= 2^32: the words move down one place
+            UNIFL_UNROLL
+            for (int j = 0; j < LPT - 1; ++j) t.w[j] = t.w[j + 1];
+            const D s = widen(in) + pend;  // the pending carry lands on the new top word
+            t.w[LPT - 1] = narrow(s);
+            pend = s >> 32;
+        }
+    }
+    // the top lane's pending carry is the word above the class (at most 1: t < 2m)
+    const u32 over_top = G::bcast(narrow(pend), G::TPI - 1);
+    const u32 over = add_in<G, LPT>(t, G::up(pend, 1)) + over_top;
+    reduce_once<G, LPT>(r, t, over, md);
+}
+
+template <class G, int LPT>
+UNIFL_HD void to_mont(Num<G, LPT> &r, const Num<G, LPT> &a, const Mod<G, LPT> &md) {
+    Num<G, LPT> r2;
+    load_const<G, LPT>(r2, md.ctx.r2, md.ctx.L);
+    mont_mul<G, LPT>(r, a, r2, md);
+}
+
+template <class G, int LPT>
+UNIFL_HD void from_mont(Num<G, LPT> &r, const Num<G, LPT> &a, const Mod<G, LPT> &md) {
+    Num<G, LPT> one;
+    set_u32<G, LPT>(one, 1u);
+    mont_mul<G, LPT>(r, a, one, md);
+}
+
+template <class G, int LPT>
+UNIFL_HD void mont_one(Num<G, LPT> &r, const Mod<G, LPT> &md) {  // R mod m
+    load_const<G, LPT>(r, md.ctx.r1, md.ctx.L);
+}
+
+// r = (a + b) mod m for a, b < m
+template <class G, int LPT>
+UNIFL_HD void mod_add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+    const u32 c = add<G, LPT>(r, a, b);
+    reduce_once<G, LPT>(r, r, c, md);
+}
+
+// r = (a − b) mod m for a, b < m
+template <class G, int LPT>
+UNIFL_HD void mod_sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+    if (sub<G, LPT>(r, a, b)) add<G, LPT>(r, r, md.m);
+}
+
+// r = a·b mod 2^(32·words), the product's low `words` words (a full product when the class holds
+// it); a has at most `a_words` nonzero words.  Schoolbook by words of a: b shifts up one word per
+// step, every lane adds a_i·(its words of b), carries pending per lane as in mont_mul.
+template <class G, int LPT>
+UNIFL_HD void mul_low(Num<G, LPT> &r, const Num<G, LPT> &a, int a_words, const Num<G, LPT> &b, int words) {
+    typedef typename G::D D;
+    Num<G, LPT> t, s = b;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) t.w[k] = 0u;
+    D pend = 0ull;
+    const int na = a_words < words ? a_words : words;
+    for (int src = 0; src * LPT < na; ++src) {
+        UNIFL_UNROLL
+        for (int k = 0; k < LPT; ++k) {
+            if (src * LPT + k >= na) break;
+            const u32 ai = G::bcast(a.w[k], src);
+            D c = 0ull;
+            UNIFL_UNROLL
+            for (int j = 0; j < LPT; ++j) {
+                const D p = widen(s.w[j]) * (u64)ai + widen(t.w[j]) + c;
+                t.w[j] = narrow(p);
+                c = p >> 32;
+            }
+            pend = pend + c;
+            // s ·= 2^32 (its top word leaves the class: only lower words are kept anyway)
+            const typename G::W in = G::up(s.w[LPT - 1], 1);
+            UNIFL_UNROLL
+            for (int j = LPT - 1; j > 0; --j) s.w[j] = s.w[j - 1];
+            s.w[0] = in;
+        }
+    }
+    add_in<G, LPT>(t, G::up(pend, 1));
+    keep_words_below<G, LPT>(t, words);
+    r = t;
+}
+
+// ---- uniform word shifts (a number's words move by `sh` places; sh uniform)
+template <class G, int LPT>
+UNIFL_HD typename G::W pick(const Num<G, LPT> &x, int slot) {
+    typename G::W v = x.w[0];
+    UNIFL_UNROLL
+    for (int k = 1; k < LPT; ++k)
+        if (k == slot) v = x.w[k];
+    return v;
+}
+
+// r = x / 2^(32·sh) (words move down)
+template <class G, int LPT>
+UNIFL_HD void shift_down_words(Num<G, LPT> &r, const Num<G, LPT> &x, int sh) {
+    Num<G, LPT> o;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) o.w[k] = G::down(pick<G, LPT>(x, (k + sh) % LPT), (k + sh) / LPT);
+    r = o;
+}
+
+// ================================================================================ exponentiation
+constexpr int kWin = 4;                      // fixed 4-bit windows: 16 table entries
+constexpr int kTable = 1 << kWin;
+
+// Words of shared memory one group's window table takes (plus TPI words of skew so that the
+// tables of the groups of a warp start in different banks).
+template <class G, int LPT>
+UNIFL_HD constexpr int table_words() { return kTable * LPT * G::TPI + G::TPI; }
+
+// 4-bit digit d of an exponent of Le limbs, 0 past them (uniform: every lane reads the same words)
+UNIFL_HD unsigned digit(const u64 *e, int Le, int d) {
+    const int l = d / (64 / kWin);
+    return l < Le ? (unsigned)(e[l] >> ((d % (64 / kWin)) * kWin)) & (kTable - 1) : 0u;
+}
+
+// digits to process for an exponent of Le limbs: through its top nonzero digit (0 for e = 0)
+UNIFL_HD int exp_digits(const u64 *e, int Le) {
+    int nd = Le * (64 / kWin);
+    while (nd > 0 && digit(e, Le, nd - 1) == 0) --nd;
+    return nd;
+}
+
+// r = x^e·R mod m for x̄ = x·R mod m (e of Le limbs); the 16-entry table in the group's shared
+// memory `tab`.
+// `nd` digits are processed (>= exp_digits(e)); with `always_mul` a zero digit still multiplies
+// (by entry 0 = R mod m), so the instruction stream depends only on nd -- the CRT halves of a
+// group (different exponents, same nd) then run in step.
+template <class G, int LPT>
+UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, int Le, int nd, bool always_mul,
+                       const Mod<G, LPT> &md, u32 *tab) {
+    const int row = LPT * G::TPI;
+    Num<G, LPT> acc, t;
+    mont_one<G, LPT>(acc, md);
+    if (nd <= 0) {
+        r = acc;
+        return;
+    }
+    sstore<G, LPT>(tab, acc);
+    sstore<G, LPT>(tab + row, xbar);
+    t = xbar;
+    for (int d = 2; d < kTable; ++d) {
+        mont_mul<G, LPT>(t, t, xbar, md);
+        sstore<G, LPT>(tab + d * row, t);
+    }
+    sload<G, LPT>(acc, tab + digit(e, Le, nd - 1) * row);
+    for (int d = nd - 2; d >= 0; --d) {
+        for (int s = 0; s < kWin; ++s) mont_mul<G, LPT>(acc, acc, acc, md);
+        const unsigned dig = digit(e, Le, d);
+        if (dig || always_mul) {
+            sload<G, LPT>(t, tab + dig * row);
+            mont_mul<G, LPT>(acc, acc, t, md);
+        }
+    }
+    r = acc;
+}
+
+}  // namespace coop
+}  // namespace unifl_gpu
