@@ -187,3 +187,18 @@ def test_cuda_is_compiled_only_where_it_can_run_or_is_asked_for(tmp_path, monkey
     assert build.cuda_wanted({}) == (True, f"an NVIDIA driver is here ({tmp_path / 'nvidiactl'})")
     for env in ({"UNIFL_NO_CUDA": "1"}, {"UNIFL_CUDA_BUILD": "0", "NVCC": "nvcc"}):
         assert not build.cuda_wanted(env)[0], env
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("bits", [64, 1000, 1024, 2048, 3000, 4096])
+def test_cgbn_mod_exp_matches_cpu(bits):
+    """The optional CGBN ModExp (a CGBN_INCLUDE_DIR build, docs/gpu.md) against cpu on edge and
+    random inputs of each of its classes; skipped unless the library was built with CGBN."""
+    if not hasattr(runtime.load_library(), "unifl_gpu_cgbn_mod_exp"):
+        pytest.skip("the CUDA library was built without CGBN (CGBN_INCLUDE_DIR unset)")
+    gpu, cpu = unifl.backend("gpu", cgbn=True), unifl.backend("cpu")
+    m = random_odd_modulus(bits)
+    a = [0, 1, 2, m - 1] + [secrets.randbelow(m) for _ in range(2000)]
+    e = [0, 1, m - 1, (1 << bits) - 1] + [secrets.randbits(bits) for _ in range(2000)]
+    assert ints.mod_exp(gpu, a, e, m) == ints.mod_exp(cpu, a, e, m)
