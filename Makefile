@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 DEV_STAMP := $(VENV)/.unifl-dev-installed
 
-.PHONY: demo test test-full test-fate lint bench build devices fuzz wheel check-wheel clean
+.PHONY: demo test test-full test-fate lint bench build devices fuzz wheel check-wheel clean gpu-proxies
 
 demo: build
 	$(BIN)/unifl demo
@@ -41,6 +41,15 @@ $(FATE_STAMP):
 test-fate: build $(FATE_STAMP)
 	PYTHONPATH=$(CURDIR) $(FATE_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_fate_kit.py tests/test_fate_launcher.py
 # ------------------------------------------------------------------------------------------------
+
+# compile-time figures of the CUDA kernels, no GPU needed (nvcc, cuobjdump and nvdisasm from
+# requirements-cuda.txt): fails when a cooperative kernel spills or has a stack frame over 2 KiB;
+# prints registers/occupancy per kernel and the IMAD slots of the 2048-bit cooperative MontMult
+# against the 4n² model (docs/gpu.md, "Proxies")
+gpu-proxies: $(DEV_STAMP)
+	@mkdir -p bench/results
+	$(BIN)/python bench/gpu_proxies.py --check --montmult 'k_mul_g<32>' --bits 2048 --span '#0=8' \
+	  --lanes 8 --json bench/results/gpu_proxies.json
 
 bench: build $(DEV_STAMP)
 	$(BIN)/unifl bench
