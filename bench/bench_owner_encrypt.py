@@ -17,8 +17,10 @@ Montgomery form the SDK keeps):
 * ``DJN owner CRT comb``   ``paillier_encrypt_owner_fixed_base``: combs mod p² and mod q², native;
 * the two DJN rows again with native on 1 thread (``--one-thread``, default on), for a per-core
   comparison with HEU, whose pool had one thread on the 2-vCPU machine this was written on;
-* on a machine where the ``gpu`` backend probes available: the owner's fused kernel, its
-  composition on the gpu kernels, and the public fused kernel, on one wave (``--gpu-n``);
+* on a machine where the ``gpu`` backend probes available, for each kernel family (``thread``:
+  one thread per instance, ``group``: cooperative): the owner's fused kernel, its composition on
+  the gpu kernels, and the public fused kernel, on one wave (``--gpu-n``); and the two DJN comb
+  encryptions on the gpu (group kernels only: they have no one-thread body);
 * ``HEU ZPaillier``        SecretFlow HEU's DJN encryption (``heu.numpy`` encryptor, its own thread
                            pool) when ``heu`` imports (``--heu-site`` adds its site-packages).
 
@@ -59,14 +61,14 @@ def _native(cls: type = NativeBackend, threads: int | None = None) -> NativeBack
     return be
 
 
-def _gpu_composed() -> Any:
+def _gpu_composed(kernels: str) -> Any:
     """The gpu backend without its fused owner op (the composition on its kernels)."""
     from unifl.backends.gpu import GpuBackend
 
     class GpuComposed(GpuBackend):
         name = "gpu-composed"
         native_ops = GpuBackend.native_ops - OWNER_OPS
-    be = GpuComposed()
+    be = GpuComposed(kernels=kernels)
     be.probe_result = GpuBackend.probe()
     return be
 
@@ -120,11 +122,16 @@ def _rows(bits: int, args) -> dict[str, tuple[Callable[[], None], int]]:
         rows["DJN public comb (native, 1 thread)"] = (enc(one, fpk, fm[:big]), big)
         rows["DJN owner CRT comb (native, 1 thread)"] = (enc(one, fpk, fm[:big], fresh), big)
     if args.gpu:
-        gpu = unifl.backend("gpu")
         mg = pk.plaintext_limbs([secrets.randbelow(pk.n) for _ in range(args.gpu_n)])
-        rows["owner fused (gpu)"] = (enc(gpu, pk, mg, sk), args.gpu_n)
-        rows["owner composed (gpu)"] = (enc(_gpu_composed(), pk, mg, sk), args.gpu_n)
-        rows["public r^n (gpu)"] = (enc(gpu, pk, mg), args.gpu_n)
+        for fam in ("thread", "group"):
+            gpu = unifl.backend("gpu", kernels=fam)
+            rows[f"owner fused (gpu {fam})"] = (enc(gpu, pk, mg, sk), args.gpu_n)
+            rows[f"owner composed (gpu {fam})"] = (enc(_gpu_composed(fam), pk, mg, sk), args.gpu_n)
+            rows[f"public r^n (gpu {fam})"] = (enc(gpu, pk, mg), args.gpu_n)
+        gpu = unifl.backend("gpu", kernels="group")
+        fmg = fpk.plaintext_limbs([secrets.randbelow(fpk.n) for _ in range(args.gpu_n)])
+        rows["DJN public comb (gpu group)"] = (enc(gpu, fpk, fmg), args.gpu_n)
+        rows["DJN owner CRT comb (gpu group)"] = (enc(gpu, fpk, fmg, fresh), args.gpu_n)
     if args.heu_module is not None:
         from heu import numpy as hnp, phe as hphe
         kit = hnp.setup(hphe.SchemaType.ZPaillier, bits)
@@ -184,9 +191,15 @@ RATIOS = [
     ("DJN public comb (native, 1 thread)", "HEU ZPaillier"),
     ("DJN owner CRT comb (native, 1 thread)", "HEU ZPaillier"),
     ("DJN owner CRT comb (native)", "phe"),
-    ("owner fused (gpu)", "owner composed (gpu)"),
-    ("owner fused (gpu)", "public r^n (gpu)"),
-    ("owner fused (gpu)", "owner fused (native)"),
+    ("owner fused (gpu thread)", "owner composed (gpu thread)"),
+    ("owner fused (gpu group)", "owner composed (gpu group)"),
+    ("owner fused (gpu group)", "owner fused (gpu thread)"),
+    ("public r^n (gpu group)", "public r^n (gpu thread)"),
+    ("owner fused (gpu group)", "public r^n (gpu group)"),
+    ("owner fused (gpu thread)", "owner fused (native)"),
+    ("owner fused (gpu group)", "owner fused (native)"),
+    ("DJN owner CRT comb (gpu group)", "DJN public comb (gpu group)"),
+    ("DJN owner CRT comb (gpu group)", "DJN owner CRT comb (native)"),
 ]
 
 
@@ -201,7 +214,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-one-thread", dest="one_thread", action="store_false")
     ap.add_argument("--no-traffic", dest="traffic", action="store_false")
     ap.add_argument("--gpu-n", type=int, default=16384,
-                    help="batch of the gpu rows (one wave); the rows run when gpu probes available")
+                    help="batch of the gpu rows (one wave); the rows run, for both kernel "
+                         "families, when gpu probes available")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from unifl.core import registry

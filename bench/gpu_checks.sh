@@ -4,7 +4,11 @@
 #      nvcc 13.0 is kept when it is newer than its sources),
 #   2. the gpu-marked tests, the kernel tests on the device, the cross-backend equivalence harness
 #      for `gpu`, and the two-party vertical LR with the guest on `gpu`,
-#   3. bench/bench_gpu.py and `unifl bench` (table2 + ops) on gpu / native / cpu.
+#   3. the benches, both kernel families side by side in one process each (thread: one thread per
+#      instance; group: the cooperative kernels): the wave-size bench per UNIFL_GPU_WAVE value,
+#      bench/bench_gpu.py (per op the batch-size sweep 1k..131k, plateaus, the batch reaching 90 %,
+#      the targets beside them, kernels=auto's calibration), bench/bench_owner_encrypt.py, and
+#      `unifl bench` (table2 + ops) on gpu / native / cpu.
 # One log ($OUT/checks.log) and the benches' JSON/PNG go to $OUT (default bench/results/gpu-run).  Steps are independent: a failing
 # one is reported and the next one still runs; the exit status is that of the first failure.
 #
@@ -38,13 +42,14 @@ step test_gpu 450 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/
 step test_equivalence_gpu 500 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_equivalence.py \
     tests/test_app_vertical.py -k "gpu and not gpu_host"
 if [ "$QUICK" = quick ]; then
-    step bench_gpu 300 "$PY" bench/bench_gpu.py --quick --json "$OUT/bench_gpu.json"
+    step bench_gpu 400 "$PY" bench/bench_gpu.py --quick --kernels thread,group --json "$OUT/bench_gpu.json"
 else
-    for w in 0 8192 16384 32768 default; do
-        if [ $w = default ]; then step waves 200 "$PY" bench/bench_gpu_waves.py
-        else step waves 200 env UNIFL_GPU_WAVE=$w "$PY" bench/bench_gpu_waves.py; fi
+    # 16384 is the built-in default of both families (no separate "unset" run: it would repeat it)
+    for w in 0 8192 16384 32768; do
+        step waves 240 env UNIFL_GPU_WAVE=$w "$PY" bench/bench_gpu_waves.py --kernels thread,group
     done
-    step bench_gpu 500 "$PY" bench/bench_gpu.py --json "$OUT/bench_gpu.json" --plot "$OUT/gpu_sweep.png"
+    step bench_gpu 720 "$PY" bench/bench_gpu.py --kernels thread,group --json "$OUT/bench_gpu.json" \
+        --plot "$OUT/gpu_sweep.png"
     step owner 300 "$PY" bench/bench_owner_encrypt.py --json "$OUT/owner.json"
 fi
 if [ "$QUICK" = full ]; then
