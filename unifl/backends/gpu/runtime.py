@@ -585,13 +585,18 @@ class CudaEngine:
                          a.shape[1], n, lead=(owner.handle, tp.handle, tq.handle, window, nwin))
 
     def cgbn_mod_exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray) -> np.ndarray | None:
-        """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in or when
-        the sizes fall outside its classes (moduli up to 4096 bits, exponents no wider)."""
+        """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in, when
+        the sizes fall outside its classes (moduli up to 4096 bits, exponents no wider), for an
+        even modulus or 1, or for operand shapes the default kernel should refuse."""
         if not hasattr(self.lib, "unifl_gpu_cgbn_mod_exp"):
             return None
         base = np.ascontiguousarray(base, dtype=np.uint64)    # (a host-array path: fetches)
         exps = np.ascontiguousarray(exps, dtype=np.uint64)
         L = int(key.blob[1])
+        if base.ndim != 2 or base.shape[1] != L or exps.ndim != 2 \
+                or exps.shape[0] not in (1, base.shape[0]):
+            # the C side trusts these shapes; anything else goes to the default kernel's checks
+            return None
         m = np.ascontiguousarray(key.blob[2:2 + L])
         out = np.empty_like(base)
         shared = int(exps.shape[0] == 1 and base.shape[0] != 1)
