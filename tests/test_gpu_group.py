@@ -21,7 +21,6 @@ from unifl.backends.gpu.kernel_backend import group_plan
 from unifl.base_op import from_limbs, mont_context, to_limbs
 from unifl.core.errors import OperandError
 
-from .conftest import paillier_keypair
 
 pytestmark = pytest.mark.skipif(_gpu_host is None, reason="gpu host harness not built")
 
@@ -144,7 +143,7 @@ def _coprime(v: int, m: int) -> bool:
 
 
 def test_fixed_base_refuses_an_exponent_longer_than_the_table():
-    pk, _ = paillier_keypair(1024)
+    pk, _ = unifl.keygen(1024)   # a fresh key: the cached pair is shared, and this adds a fixed base
     pk.enable_fixed_base(window=4, backend=unifl.backend("cpu"))
     be = GpuHostBackend(threads=2)
     fb = pk.fixed_base
@@ -157,7 +156,7 @@ def test_fixed_base_refuses_an_exponent_longer_than_the_table():
 def test_every_cooperative_op_is_one_launch():
     """The ops that used to be composed with host steps are one kernel call each now, and their
     results stay resident (the harness's device-memory model counts what the CUDA runtime counts)."""
-    pk, sk = paillier_keypair(1024)
+    pk, sk = unifl.keygen(1024)   # a fresh key: the cached pair is shared, and this adds a fixed base
     pk.enable_fixed_base(window=4, backend=unifl.backend("cpu"))
     be = GpuHostBackend(threads=2, resident=True)
     ctx = pk.material.nsquare_ctx
