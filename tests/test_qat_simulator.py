@@ -1,7 +1,9 @@
 """Our QAT simulator library keeps the contract our driver is tested against, called directly through
 its C ABI (ctypes): the process must be started, buffers must be pinned (translatable), a full
 ring answers CPA_STATUS_RETRY, completions arrive only through the poll call, results are
-big-endian and correct, and bad operands are CPA_STATUS_INVALID_PARAM.
+big-endian and correct, and bad operands are CPA_STATUS_INVALID_PARAM; capabilities per instance
+(symmetric-only ones without lnSupported), a capped size class refused with CPA_STATUS_FAIL, and
+pinned memory freed after icp_sal_userStop refused and counted.
 """
 
 from __future__ import annotations
@@ -124,3 +126,63 @@ def test_simulator_contract(sim):
         p = C.c_void_p(fb.pData)
         lib.qaeMemFreeNUMA(C.byref(p))
         assert p.value is None
+
+
+def test_simulator_capabilities_size_cap_and_shutdown_order(sim, monkeypatch):
+    """The deployment cases the driver is tested against: a symmetric-only instance (no
+    lnSupported; cpaCyLnModExp fails), a size class the library lacks (CPA_STATUS_FAIL at
+    submission), and pinned memory freed after icp_sal_userStop (refused and counted)."""
+    lib = sim
+    monkeypatch.setenv("UNIFL_QAT_SIM_INSTANCES", "2")
+    monkeypatch.setenv("UNIFL_QAT_SIM_SYM_ONLY", "1")
+    monkeypatch.setenv("UNIFL_QAT_SIM_MAX_BITS", "4096")
+    monkeypatch.setenv("UNIFL_QAT_SIM_RING", "8")
+    lib.cpaCyQueryCapabilities.argtypes = [C.c_void_p, C.c_void_p]
+    assert lib.icp_sal_userStart(b"SSL") == SUCCESS
+    handles = (C.c_void_p * 2)()
+    assert lib.cpaCyGetInstances(2, handles) == SUCCESS
+    caps = (C.c_int32 * 128)()                       # larger than any CpaCyCapabilitiesInfo
+    assert lib.cpaCyQueryCapabilities(handles[0], caps) == FAIL      # not started yet
+    v2p = C.cast(lib.qaeVirtToPhysNUMA, C.c_void_p)
+    for h in handles:
+        assert lib.cpaCyStartInstance(h) == SUCCESS
+        assert lib.cpaCySetAddressTranslation(h, v2p) == SUCCESS
+    ln = []
+    for h in handles:
+        assert lib.cpaCyQueryCapabilities(h, caps) == SUCCESS
+        assert caps[0] == 1                          # symSupported
+        ln.append(caps[9])                           # lnSupported: the 10th flag, offset 36
+    assert ln == [0, 1]
+
+    landed = []
+
+    @CALLBACK
+    def cb(tag, status, opdata, out):
+        landed.append(status)
+
+    def op(bits: int):
+        width = bits // 8
+        m = secrets.randbits(bits) | (1 << (bits - 1)) | 1
+        return (ModExpOpData(_pinned(lib, m, width), _pinned(lib, secrets.randbelow(m), width),
+                             _pinned(lib, secrets.randbits(bits), width)), _pinned(lib, 0, width))
+
+    small, small_res = op(2048)
+    big, big_res = op(8192)
+    assert lib.cpaCyLnModExp(handles[0], cb, None, C.byref(small), C.byref(small_res)) == FAIL
+    assert lib.cpaCyLnModExp(handles[1], cb, None, C.byref(big), C.byref(big_res)) == FAIL
+    assert lib.cpaCyLnModExp(handles[1], cb, None, C.byref(small), C.byref(small_res)) == SUCCESS
+    assert _poll_until_one(lib, handles[1]) and landed == [SUCCESS]
+
+    counters = (C.c_uint64 * 8)()
+    p = C.c_void_p(small.base.pData)
+    lib.qaeMemFreeNUMA(C.byref(p))                   # before the stop: freed
+    assert p.value is None
+    assert lib.icp_sal_userStop() == SUCCESS
+    lib.unifl_qat_sim_stats(counters)
+    live = counters[7]
+    p = C.c_void_p(small.modulus.pData)
+    lib.qaeMemFreeNUMA(C.byref(p))                   # after the stop: refused, counted
+    assert p.value == small.modulus.pData
+    lib.unifl_qat_sim_stats(counters)
+    assert counters[6] == 1 and counters[7] == live
+    assert lib.icp_sal_userStart(b"SSL") == SUCCESS  # the fixture stops it again

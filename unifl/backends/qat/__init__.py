@@ -17,8 +17,11 @@ QAT's only big-number primitive is ModExp, so this backend runs natively:
   (by default) the multi-exponentiation are served by the CPU ``native`` backend.  Paillier decryption is composed
   by the SDK from ``mod_exp`` mod p² and q², so its exponentiations run on QAT too.
 
-Every request the device fails (or cannot take: operands over 8192 bits) is recomputed on the CPU;
-results are bit-identical to ``cpu``.  A driver call that fails on the session itself (a submission
+Every request the device fails (or cannot take: operands over 8192 bits, or a size class the
+library refuses -- older libraries refuse 8192 bits: after the first refusal that class goes to the
+CPU directly for the rest of the session, with one ``QatSizeClassWarning``) is recomputed on the
+CPU; results are bit-identical to ``cpu``.  Crypto instances without the large-number API
+(symmetric-only ones) are left out, and a session with none left is refused.  A driver call that fails on the session itself (a submission
 refused, pinned memory exhausted, a session closed and not reopenable) raises
 :class:`~unifl.backends.qat.runtime.QatError`, a :class:`~unifl.core.errors.DeviceError` naming the
 library, configuration section and call, and the scheduler's fallback chain takes the batch over.
@@ -135,8 +138,12 @@ class QatBackend(Backend):
 
     def stats(self) -> dict[str, Any]:
         """Driver counters: submitted, completed, retries, device/submit failures, oversize,
-        abandoned, busy_seconds (and the simulator's engine counters when it runs)."""
-        out: dict[str, Any] = dict(self.session().stats())
+        class_fallbacks (requests of a size class the library refused, sent to the CPU directly),
+        abandoned, busy_seconds (and the simulator's engine counters when it runs);
+        ``cpu_size_classes``: the refused size classes (bits)."""
+        sess = self.session()
+        out: dict[str, Any] = dict(sess.stats())
+        out["cpu_size_classes"] = sess.cpu_size_classes()
         out["stand_in"] = runtime.SIMULATOR_LABEL if self.simulator else None
         return out
 

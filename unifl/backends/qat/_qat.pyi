@@ -46,6 +46,10 @@ class Session:
     @property
     def num_instances(self) -> int: ...
     def info(self) -> dict[str, Any]:
-        """library, usdm_library, simulator, section, instances (a list of dicts)."""
+        """library, usdm_library, simulator, section, instances (a list of dicts: the instances in
+        use), skipped_instances (name, part, reason: those without the large-number API),
+        instances_found."""
     def stats(self) -> dict[str, float]:
         """The driver's counters (integers, and busy_seconds)."""
+    def cpu_size_classes(self) -> list[int]:
+        """Size classes (bits) the library refused (CPA_STATUS_FAIL), now sent to the CPU."""

@@ -12,8 +12,8 @@ QAT offers ModExp only and has no SIMD-style batch op, so a batch is split into 
 While the CPU works on landed tasks, the device computes the next ones, so the CPU stage hides
 behind the device stage.  IPCL-style ``cpu_share`` hands the last ``round(cpu_share·N)`` ModExps to
 the CPU (native, on a thread of its own) at the same time.  A task the device could not do (failed
-request, operand over 8192 bits, session closed under it) is recomputed on the CPU: every task lands
-exactly once, whichever way it went.  A session closed before the batch could be submitted (a
+request, operand over 8192 bits, a size class the library refused, session closed under it) is
+recomputed on the CPU: every task lands exactly once, whichever way it went.  A session closed before the batch could be submitted (a
 concurrent ``close()``) is reopened once, as ``close()`` promises the next use; when the driver
 refuses the submission itself, :class:`~unifl.backends.qat.runtime.QatError` (a
 :class:`~unifl.core.errors.DeviceError`) is raised and the scheduler's fallback chain takes the batch.
@@ -182,6 +182,8 @@ def run_modexp_pipeline(qat: QatSide, ctx: MontContext, base: np.ndarray, exps: 
     st.wall_seconds += time.perf_counter() - t0
     if not sess.closed:
         st.device_busy_seconds += sess.stats()["busy_seconds"] - busy0
+    if job is not None:
+        sess.cpu_size_classes()        # warns once about a size class the library refused
     return st
 
 

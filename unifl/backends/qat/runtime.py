@@ -9,11 +9,27 @@ Library resolution, first match wins:
 
 1. the ``library`` option (``qat.library`` in a party YAML) or ``UNIFL_QAT_LIBRARY``: a path or
    soname of the QAT library, or ``"simulator"`` for ours;
-2. the usual sonames of a real installation: ``libqat.so.4`` / ``libqat.so`` (qatlib, 4xxx and
-   newer) and ``libqat_s.so`` (the QAT 1.x driver package of the 8970), with the USDM memory driver
-   ``libusdm.so.0`` / ``libusdm.so`` / ``libusdm_drv_s.so`` (``UNIFL_QAT_USDM_LIBRARY`` to override);
+2. the sonames of a real installation (:data:`REAL_QAT_NAMES`), newest first: qatlib (4xxx and
+   newer) installs ``libqat.so.4`` from 23.08 on, ``libqat.so.3`` in 22.07 -- 23.02, ``libqat.so.2``
+   in 21.08 / 21.11 and ``libqat.so.0`` in 20.08 -- 21.05 (libtool ``-version-info`` of its
+   configure.ac), and ``libqat.so`` only with its development symlink; then ``libqat_s.so``, the QAT
+   1.x driver package of the 8970 (and qatlib built with ``--enable-legacy-lib-names``).  Each comes
+   with its USDM memory driver (:func:`usdm_names_for`): ``libusdm.so.0`` / ``libusdm.so`` for
+   qatlib, ``libusdm_drv_s.so`` for ``libqat_s.so`` (``UNIFL_QAT_USDM_LIBRARY`` overrides).  USDM is
+   loaded RTLD_GLOBAL before its QAT library is probed: ``libqat_s.so`` takes the qaeMem* functions
+   from the global scope and does not load otherwise;
 3. our simulator library shipped in this package (``libqat_sim*.so``), unless ``simulator=False``
    or ``UNIFL_QAT_SIMULATOR=0``.
+
+The driver loads the QAT library (and our simulator) RTLD_LOCAL and reaches it through dlsym only,
+so the simulator's qaeMem*/icp_sal_* never enter the global scope; and one process runs either the
+simulator or a real library, never both: the second kind is refused with BackendUnavailable.
+
+Instances without the large-number API (symmetric-only ones, which ``cpaCyGetNumInstances`` counts
+too) are left out (``info()["skipped_instances"]``); a session with none left is refused.  A size
+class the library refuses (older libraries: 8192 bits) is sent to the CPU for the rest of the
+session: ``stats()["class_fallbacks"]``, :meth:`Session.cpu_size_classes`, and one
+:class:`QatSizeClassWarning` (also logged) per class.
 
 Failures are typed.  A session that cannot be opened (no library, no instance, the configuration
 section refused) is :class:`~unifl.core.errors.BackendUnavailable`: QAT cannot run here.  A driver
@@ -29,9 +45,11 @@ from __future__ import annotations
 import atexit
 import ctypes
 import glob
+import logging
 import os
 import threading
-from typing import Any
+import warnings
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -50,8 +68,15 @@ else:
 #: flag at all, when the driver extension is not built (and the backend cannot start)
 FAILED: int = int(_qat.FAILED) if BUILT else -1
 
-REAL_QAT_NAMES = ("libqat.so.4", "libqat.so", "libqat_s.so")
-REAL_USDM_NAMES = ("libusdm.so.0", "libusdm.so", "libusdm_drv_s.so")
+#: qatlib's sonames, newest first (libqat.so: the development symlink, not always installed)
+QATLIB_NAMES = ("libqat.so.4", "libqat.so.3", "libqat.so.2", "libqat.so.0", "libqat.so")
+#: qatlib's USDM (its soname has been .so.0 in every release)
+QATLIB_USDM_NAMES = ("libusdm.so.0", "libusdm.so")
+#: the QAT 1.x driver package (QAT.L.4.x, for the 8970 and other QAT 1.x devices)
+QAT1X_NAMES = ("libqat_s.so",)
+QAT1X_USDM_NAMES = ("libusdm_drv_s.so",)
+REAL_QAT_NAMES = QATLIB_NAMES + QAT1X_NAMES
+REAL_USDM_NAMES = QATLIB_USDM_NAMES + QAT1X_USDM_NAMES
 SIMULATOR_WORDS = ("sim", "simulator")
 SIMULATOR_LABEL = "QAT simulator"
 
@@ -59,7 +84,16 @@ _lock = threading.Lock()
 _session: "Session | None" = None     # the live session
 #: (qat candidates, usdm candidates, section) the live session was opened with
 _session_key: tuple[tuple[str, ...], tuple[str, ...], str] | None = None
-_real_cache: dict[str, str | None] = {}
+_real_cache: dict[str, tuple[str, tuple[str, ...]] | None] = {}
+
+log = logging.getLogger("unifl.backends.qat")
+
+#: ``load(path_or_soname, mode)``: dlopen, raising OSError when the library does not load
+Loader = Callable[[str, int], object]
+
+
+def _dlopen(name: str, mode: int) -> object:
+    return ctypes.CDLL(name, mode=mode)
 
 
 class QatError(DeviceError):
@@ -69,6 +103,11 @@ class QatError(DeviceError):
 
 class QatSessionClosed(QatError):
     """A request was submitted to a session that had been closed (``close()``, or at exit)."""
+
+
+class QatSizeClassWarning(RuntimeWarning):
+    """The QAT library refused an operand size class (older libraries: 8192 bits): that class is
+    computed on the CPU for the rest of the session.  Issued once per class and session."""
 
 
 class Session:
@@ -82,6 +121,8 @@ class Session:
         self._raw = raw
         kind = SIMULATOR_LABEL if raw.info()["simulator"] else "QAT"
         self._where = f"{kind} ({qat_names[0] if qat_names else '?'}, section [{section}])"
+        self._warned: set[int] = set()
+        self._warn_lock = threading.Lock()
 
     def start(self, base: np.ndarray, exps: np.ndarray, mod: np.ndarray, max_in_flight: int = 96,
               instances: int = 0) -> _qat.Job:
@@ -115,6 +156,21 @@ class Session:
         """The driver's counters (see ``QatBackend.stats``)."""
         return dict(self._raw.stats())
 
+    def cpu_size_classes(self) -> list[int]:
+        """The size classes (bits) the library refused, now computed on the CPU; warns (once per
+        class) about those not reported yet."""
+        classes = [int(c) for c in self._raw.cpu_size_classes()]
+        with self._warn_lock:
+            new = [c for c in classes if c not in self._warned]
+            self._warned.update(new)
+        for c in new:
+            msg = (f"{self._where}: cpaCyLnModExp refused the {c}-bit size class "
+                   f"(CPA_STATUS_FAIL): {c}-bit operations run on the CPU for the rest of this "
+                   "session; other sizes stay on the card")
+            log.warning(msg)
+            warnings.warn(msg, QatSizeClassWarning, stacklevel=2)
+        return classes
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking work; in-flight requests get ``timeout`` seconds to land, the rest are
         flagged failed (their callers recompute them on the CPU)."""
@@ -133,18 +189,51 @@ def simulator_allowed(simulator: bool | None = None) -> bool:
     return os.environ.get("UNIFL_QAT_SIMULATOR", "1") != "0"
 
 
+def usdm_names_for(qat_library: str) -> tuple[str, ...]:
+    """The USDM sonames that belong with a QAT library: ``libusdm_drv_s.so`` for the QAT 1.x
+    ``libqat_s.so``, qatlib's ``libusdm.so.0`` / ``libusdm.so`` otherwise."""
+    if os.path.basename(qat_library).startswith("libqat_s."):
+        return QAT1X_USDM_NAMES
+    return QATLIB_USDM_NAMES
+
+
+def search_real_library(dirs: Sequence[str] = (), load: Loader = _dlopen
+                        ) -> tuple[str, tuple[str, ...]] | None:
+    """(the first real QAT library of :data:`REAL_QAT_NAMES` that loads here, its USDM names), or
+    None.  Each name is tried as a bare soname (the dynamic linker's search) or, with ``dirs``, in
+    each of those folders.  Before each QAT library, its USDM is loaded RTLD_GLOBAL (when present):
+    ``libqat_s.so`` resolves the qaeMem* functions from the global scope, so a probe without it
+    fails with an undefined symbol even where the library is installed.  QAT libraries themselves
+    are probed RTLD_LOCAL."""
+    def where(name: str) -> list[str]:
+        return [os.path.join(d, name) for d in dirs] if dirs else [name]
+
+    usdm_loaded: set[tuple[str, ...]] = set()
+    for name in REAL_QAT_NAMES:
+        usdm = usdm_names_for(name)
+        if usdm not in usdm_loaded:
+            usdm_loaded.add(usdm)
+            for u in usdm:
+                try:
+                    load(u, ctypes.RTLD_GLOBAL)
+                except OSError:
+                    continue
+                break
+        for path in where(name):
+            try:
+                load(path, ctypes.RTLD_LOCAL)
+            except OSError:
+                continue
+            return path, usdm
+    return None
+
+
 def find_real_library() -> str | None:
     """The soname of an installed real QAT library that loads here, else None (cached)."""
     if "qat" not in _real_cache:
-        _real_cache["qat"] = None
-        for name in REAL_QAT_NAMES:
-            try:
-                ctypes.CDLL(name, mode=ctypes.RTLD_LOCAL)
-            except OSError:
-                continue
-            _real_cache["qat"] = name
-            break
-    return _real_cache["qat"]
+        _real_cache["qat"] = search_real_library()
+    found = _real_cache["qat"]
+    return found[0] if found else None
 
 
 def resolve(library: str | None = None, simulator: bool | None = None
@@ -158,17 +247,20 @@ def resolve(library: str | None = None, simulator: bool | None = None
                                      "(run `python setup.py build_ext --inplace`)")
         return [sim], [], True
     usdm_env = os.environ.get("UNIFL_QAT_USDM_LIBRARY")
-    usdm = [usdm_env] if usdm_env else list(REAL_USDM_NAMES)
+
+    def usdm_for(qat_library: str) -> list[str]:
+        return [usdm_env] if usdm_env else list(usdm_names_for(qat_library))
+
     if library:
         if os.sep in library and not os.path.exists(library):
             raise BackendUnavailable(
                 f"QAT library {library!r} not found (from qat.library / UNIFL_QAT_LIBRARY); "
                 "point it at libqat.so (qatlib) or libqat_s.so (QAT 1.x driver), or use "
                 "'simulator'")
-        return [library], usdm, os.path.abspath(library) == os.path.abspath(sim or "")
+        return [library], usdm_for(library), os.path.abspath(library) == os.path.abspath(sim or "")
     real = find_real_library()
     if real:
-        return [real], usdm, False
+        return [real], usdm_for(real), False
     if sim and simulator_allowed(simulator):
         return [sim], [], True
     why = ("the simulator is disabled (simulator=False / UNIFL_QAT_SIMULATOR=0)" if sim

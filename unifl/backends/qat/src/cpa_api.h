@@ -93,7 +93,42 @@ typedef struct _UniflCpaInstanceInfo2Tail {
     CpaBoolean isOffloaded;
 } UniflCpaInstanceInfo2Tail;
 
+// --- CpaCyCapabilitiesInfo (cpa_cy_im.h), filled by cpaCyQueryCapabilities ----------------------
+// A sequence of CpaBoolean flags (4 bytes each).  The documented order of the leading flags has not
+// changed across the API releases we checked (qatlib 20.08 .. 26.08): sym, symDp, dh, dsa, rsa, ec,
+// ecdh, ecdsa, key, ln, prime, drbg, nrbg, rand, kpt, hkdf, extAlgchain, ecEdMont, then ecSm2 from
+// 22.07 on.  Newer releases append flags, so the struct grows at its end: the driver passes a
+// zeroed buffer larger than any documented size (kCapabilitiesBufferBytes) and reads only
+// lnSupported, at its fixed offset 36.  qatlib sets lnSupported for crypto and asym instances and
+// clears it for symmetric-only ones, on which cpaCyLnModExp fails (CPA_STATUS_FAIL).
+typedef struct _UniflCpaCyCapabilitiesInfo {
+    CpaBoolean symSupported;
+    CpaBoolean symDpSupported;
+    CpaBoolean dhSupported;
+    CpaBoolean dsaSupported;
+    CpaBoolean rsaSupported;
+    CpaBoolean ecSupported;
+    CpaBoolean ecdhSupported;
+    CpaBoolean ecdsaSupported;
+    CpaBoolean keySupported;
+    CpaBoolean lnSupported;  // the Large Number API (cpaCyLnModExp): what we need
+    CpaBoolean primeSupported;
+    CpaBoolean drbgSupported;
+    CpaBoolean nrbgSupported;
+    CpaBoolean randSupported;
+    CpaBoolean kptSupported;
+    CpaBoolean hkdfSupported;
+    CpaBoolean extAlgchainSupported;
+    CpaBoolean ecEdMontSupported;
+    CpaBoolean ecSm2Supported;
+} UniflCpaCyCapabilitiesInfo;
+
 }  // extern "C"
+
+static const size_t kCapabilitiesBufferBytes = 512;
+static_assert(offsetof(UniflCpaCyCapabilitiesInfo, lnSupported) == 36, "lnSupported offset");
+static_assert(sizeof(UniflCpaCyCapabilitiesInfo) == 76, "CpaCyCapabilitiesInfo, 19 flags");
+static_assert(sizeof(UniflCpaCyCapabilitiesInfo) < kCapabilitiesBufferBytes, "capabilities buffer");
 
 // The full struct for a given CPA_MAX_CORES (the two documented values are 256 and 4096).
 template <unsigned MaxCores>
@@ -119,6 +154,9 @@ typedef CpaStatus (*fn_cpaCyGetInstances)(Cpa16U numInstances, CpaInstanceHandle
 typedef CpaStatus (*fn_cpaCyInstanceGetInfo2)(const CpaInstanceHandle instanceHandle,
                                               void *pInstanceInfo2);
 typedef CpaStatus (*fn_cpaCyStartInstance)(CpaInstanceHandle instanceHandle);
+// pCapInfo: a CpaCyCapabilitiesInfo of the library's own (release-dependent) size; see above
+typedef CpaStatus (*fn_cpaCyQueryCapabilities)(const CpaInstanceHandle instanceHandle,
+                                               void *pCapInfo);
 typedef CpaStatus (*fn_cpaCyStopInstance)(CpaInstanceHandle instanceHandle);
 typedef CpaStatus (*fn_cpaCySetAddressTranslation)(const CpaInstanceHandle instanceHandle,
                                                    CpaVirtualToPhysical virtual2Physical);
@@ -135,17 +173,30 @@ typedef void *(*fn_qaeMemAllocNUMA)(size_t size, int node, size_t phys_alignment
 typedef void (*fn_qaeMemFreeNUMA)(void **ptr);
 typedef uint64_t (*fn_qaeVirtToPhysNUMA)(void *pVirtAddr);
 
-// Exported by our simulator only: lets the driver label itself honestly ("QAT simulator").
+// Exported by our simulator only: lets the driver label itself honestly ("QAT simulator"), and
+// tell it from a real library (the two may not share one process: qat_driver.cpp, claim_process).
 typedef const char *(*fn_unifl_qat_sim_identity)(void);
+// The simulator's counters (kSimStats entries; see qat_sim.cpp, unifl_qat_sim_stats).
+enum { kSimStats = 8 };
+typedef void (*fn_unifl_qat_sim_stats)(uint64_t out[kSimStats]);
 }
 
 // QAT operand size classes (bits) of cpaCyLnModExp; every operand is padded to the op's class.
 static const unsigned kQatSizeClassesBits[] = {512, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 8192};
 static const unsigned kQatMaxBytes = 8192 / 8;
 
+static const unsigned kQatSizeClasses = sizeof(kQatSizeClassesBits) / sizeof(kQatSizeClassesBits[0]);
+
 // The class (in bytes) for an op whose widest operand has `bytes` significant bytes; 0 if too wide.
 inline unsigned qat_class_bytes(unsigned bytes) {
     for (unsigned bits : kQatSizeClassesBits)
         if (bytes * 8 <= bits) return bits / 8;
     return 0;
+}
+
+// The index of a class (given in bytes, as qat_class_bytes returns it) in kQatSizeClassesBits.
+inline unsigned qat_class_index(unsigned class_bytes) {
+    for (unsigned k = 0; k < kQatSizeClasses; ++k)
+        if (kQatSizeClassesBits[k] == class_bytes * 8) return k;
+    return kQatSizeClasses - 1;
 }

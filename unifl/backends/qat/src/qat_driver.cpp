@@ -1,10 +1,18 @@
 // UniFL's QAT driver: batched asynchronous cpaCyLnModExp through the documented QAT C API.
 //
 // Lifecycle (one Session per process and library, as qatlib allows one user-space process start):
-//   dlopen libusdm + libqat (or our simulator) -> qaeMemInit -> icp_sal_userStart(section)
-//   -> cpaCyGetNumInstances / cpaCyGetInstances -> per instance: cpaCyInstanceGetInfo2,
-//   cpaCyStartInstance, cpaCySetAddressTranslation(qaeVirtToPhysNUMA), one polling thread
-//   (icp_sal_CyPollInstance) -> ... -> cpaCyStopInstance, icp_sal_userStop, qaeMemDestroy.
+//   dlopen libusdm (RTLD_GLOBAL) + libqat or our simulator (RTLD_LOCAL) -> qaeMemInit
+//   -> icp_sal_userStart(section) -> cpaCyGetNumInstances / cpaCyGetInstances -> per instance:
+//   cpaCyStartInstance, cpaCyInstanceGetInfo2, cpaCyQueryCapabilities (instances without the
+//   large-number API, i.e. symmetric-only ones, are stopped and left out),
+//   cpaCySetAddressTranslation(qaeVirtToPhysNUMA), one polling thread (icp_sal_CyPollInstance)
+//   -> ... -> cpaCyStopInstance, qaeMemFreeNUMA (the pinned pool), icp_sal_userStop, qaeMemDestroy.
+//
+// Libraries.  USDM is loaded RTLD_GLOBAL before libqat: the QAT 1.x libqat_s.so takes the qaeMem*
+// functions from the global scope.  The QAT library itself (and our simulator, which exports the
+// same qaeMem*/icp_sal_* names) is loaded RTLD_LOCAL and used only through dlsym on its handle, so
+// the simulator's copies never enter the global scope where another library could bind to them.
+// A process runs either the simulator or a real library, never both (claim_process).
 //
 // A Job is one batch of ModExps base_i^e_i mod m.  Its submitter thread fills a slot -- op data and
 // four operand buffers in one pinned block from a reused pool (qaeMemAllocNUMA) -- converting the
@@ -16,6 +24,13 @@
 // device cannot or did not do -- operand wider than 8192 bits, a failed submission, a failed
 // completion, a session closing -- are flagged FAILED and recomputed on the CPU by the caller;
 // each element lands exactly once (a compare-and-swap on its flag decides).
+//
+// Size classes.  A library that does not implement a size class (older ones: 8192 bits) refuses the
+// submission with CPA_STATUS_FAIL.  The first such refusal of a class that has never completed on
+// the card sends that class to the CPU directly for the rest of the session (counted as
+// class_fallbacks, listed by cpu_size_classes()); other classes keep using the card.  A class that
+// has completed on the card is never switched off by a later failure (that is a fault, recomputed
+// per request).
 #include <dlfcn.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -69,6 +84,7 @@ struct Api {
     fn_cpaCyGetInstances getInstances = nullptr;
     fn_cpaCyInstanceGetInfo2 getInfo2 = nullptr;
     fn_cpaCyStartInstance startInstance = nullptr;
+    fn_cpaCyQueryCapabilities queryCapabilities = nullptr;
     fn_cpaCyStopInstance stopInstance = nullptr;
     fn_cpaCySetAddressTranslation setAddressTranslation = nullptr;
     fn_cpaCyLnModExp lnModExp = nullptr;
@@ -78,12 +94,12 @@ struct Api {
     fn_qaeMemAllocNUMA memAlloc = nullptr;
     fn_qaeMemFreeNUMA memFree = nullptr;
     fn_qaeVirtToPhysNUMA virtToPhys = nullptr;
-    void (*simStats)(uint64_t *) = nullptr;
+    fn_unifl_qat_sim_stats simStats = nullptr;
 
-    static void *open_first(const std::vector<std::string> &names, std::string &chosen,
+    static void *open_first(const std::vector<std::string> &names, int mode, std::string &chosen,
                             std::string &errors) {
         for (const auto &n : names) {
-            void *h = dlopen(n.c_str(), RTLD_NOW | RTLD_GLOBAL);
+            void *h = dlopen(n.c_str(), RTLD_NOW | mode);
             if (h) {
                 chosen = n;
                 return h;
@@ -105,8 +121,10 @@ struct Api {
 
     Api(const std::vector<std::string> &qat_names, const std::vector<std::string> &usdm_names) {
         std::string errors;
-        if (!usdm_names.empty()) h_usdm = open_first(usdm_names, usdm_path, errors);
-        h_qat = open_first(qat_names, qat_path, errors);
+        // USDM first and global (libqat_s.so resolves qaeMem* from the global scope); the QAT
+        // library local: everything of it is reached through dlsym on its handle
+        if (!usdm_names.empty()) h_usdm = open_first(usdm_names, RTLD_GLOBAL, usdm_path, errors);
+        h_qat = open_first(qat_names, RTLD_LOCAL, qat_path, errors);
         if (!h_qat)
             throw std::runtime_error("no QAT library could be loaded; tried:" + errors);
         userStart = sym<fn_icp_sal_userStart>("icp_sal_userStart");
@@ -115,6 +133,7 @@ struct Api {
         getInstances = sym<fn_cpaCyGetInstances>("cpaCyGetInstances");
         getInfo2 = sym<fn_cpaCyInstanceGetInfo2>("cpaCyInstanceGetInfo2");
         startInstance = sym<fn_cpaCyStartInstance>("cpaCyStartInstance");
+        queryCapabilities = sym<fn_cpaCyQueryCapabilities>("cpaCyQueryCapabilities");
         stopInstance = sym<fn_cpaCyStopInstance>("cpaCyStopInstance");
         setAddressTranslation = sym<fn_cpaCySetAddressTranslation>("cpaCySetAddressTranslation");
         lnModExp = sym<fn_cpaCyLnModExp>("cpaCyLnModExp");
@@ -125,7 +144,35 @@ struct Api {
         memFree = sym<fn_qaeMemFreeNUMA>("qaeMemFreeNUMA");
         virtToPhys = sym<fn_qaeVirtToPhysNUMA>("qaeVirtToPhysNUMA");
         simulator = sym<fn_unifl_qat_sim_identity>("unifl_qat_sim_identity", false) != nullptr;
-        simStats = sym<void (*)(uint64_t *)>("unifl_qat_sim_stats", false);
+        simStats = sym<fn_unifl_qat_sim_stats>("unifl_qat_sim_stats", false);
+        claim_process(simulator, qat_path);
+    }
+
+    // One process runs the simulator or a real QAT library, not both: the two export the same
+    // qaeMem*/icp_sal_* functions, and a real library bound to the simulator's copies would hand
+    // unpinned memory to the device.  The first library a session starts with claims the process.
+    static void claim_process(bool simulator, const std::string &path) {
+        static std::mutex mu;
+        static int kind = 0;  // 0: none yet, 1: a real library, 2: the simulator
+        static std::string first;
+        std::lock_guard<std::mutex> lk(mu);
+        int want = simulator ? 2 : 1;
+        if (kind == 0) {
+            kind = want;
+            first = path;
+            return;
+        }
+        if (kind == want) return;
+        if (kind == 2)
+            throw std::runtime_error(
+                "this process already loaded the QAT simulator (" + first + "); the real QAT "
+                "library " + path + " cannot be started in the same process (both export "
+                "qaeMem*/icp_sal_*, and a real library bound to the simulator's copies would give "
+                "the device unpinned memory): run it in a new process");
+        throw std::runtime_error(
+            "this process already loaded the real QAT library " + first + "; the QAT simulator (" +
+            path + ") cannot be started in the same process (both export qaeMem*/icp_sal_*): run "
+            "it in a new process");
     }
     // No dlclose: a library with threads of its own is safest left mapped until exit.
 };
@@ -196,9 +243,15 @@ struct Instance {
     std::thread poller;
 };
 
+struct SkippedInstance {
+    InstanceInfo info;
+    std::string reason;
+};
+
 struct Slot {
     CpaCyLnModExpOpData op{};
     CpaFlatBuffer result{};
+    uint32_t class_bit = 0;  // 1 << index of the op's size class
     Cpa8U *mem = nullptr;  // pinned: modulus | base | exponent | result, kQatMaxBytes each
     std::shared_ptr<Job> job;
     int64_t index = -1;
@@ -271,7 +324,8 @@ unsigned sig_bytes(const u64 *limbs, int n) {
 
 struct Stats {
     std::atomic<uint64_t> submitted{0}, completed{0}, retries{0}, device_failures{0},
-        submit_failures{0}, oversize{0}, host_trivial{0}, abandoned{0}, busy_ns{0};
+        submit_failures{0}, oversize{0}, host_trivial{0}, abandoned{0}, busy_ns{0},
+        class_fallbacks{0};
 };
 
 void modexp_callback(void *tag, CpaStatus status, void *, CpaFlatBuffer *);
@@ -280,6 +334,10 @@ struct Session : std::enable_shared_from_this<Session> {
     std::unique_ptr<Api> api;
     std::string section;
     std::vector<std::unique_ptr<Instance>> instances;
+    std::vector<SkippedInstance> skipped;       // found, but without the large-number API
+    size_t instances_found = 0;
+    std::atomic<uint32_t> cpu_classes{0};  // size classes sent to the CPU directly (bit per class)
+    std::atomic<uint32_t> card_classes{0};  // size classes that completed on the card
     std::vector<std::unique_ptr<Slot>> slots;  // the reused pinned pool
     std::vector<Slot *> free_slots;
     std::mutex pool_mu;
@@ -319,18 +377,45 @@ struct Session : std::enable_shared_from_this<Session> {
             st = api->getInstances(n, handles.data());
             if (st != CPA_STATUS_SUCCESS)
                 throw std::runtime_error("cpaCyGetInstances failed: " + cpa_status_name(st));
+            instances_found = handles.size();
             for (auto h : handles) {
                 auto inst = std::make_unique<Instance>();
                 inst->handle = h;
                 st = api->startInstance(h);
                 if (st != CPA_STATUS_SUCCESS)
                     throw std::runtime_error("cpaCyStartInstance failed: " + cpa_status_name(st));
-                st = api->setAddressTranslation(h, api->virtToPhys);
-                if (st != CPA_STATUS_SUCCESS)
-                    throw std::runtime_error("cpaCySetAddressTranslation failed: " +
-                                             cpa_status_name(st));
-                inst->info = read_instance_info(*api, h);
+                try {
+                    inst->info = read_instance_info(*api, h);
+                    // cpaCyGetNumInstances counts symmetric-only instances too; cpaCyLnModExp
+                    // fails on every one of them.  Keep only those with the large-number API.
+                    std::string why = large_number_api(h);
+                    if (!why.empty()) {
+                        skipped.push_back(SkippedInstance{inst->info, why});
+                        api->stopInstance(h);
+                        continue;
+                    }
+                    st = api->setAddressTranslation(h, api->virtToPhys);
+                    if (st != CPA_STATUS_SUCCESS)
+                        throw std::runtime_error("cpaCySetAddressTranslation failed: " +
+                                                 cpa_status_name(st));
+                } catch (...) {
+                    api->stopInstance(h);
+                    throw;
+                }
                 instances.push_back(std::move(inst));
+            }
+            if (instances.empty()) {
+                std::string which;
+                for (auto &k : skipped)
+                    which += (which.empty() ? "" : ", ") +
+                             (k.info.name.empty() ? std::string("?") : k.info.name) + " (" +
+                             k.reason + ")";
+                throw std::runtime_error(
+                    "none of the " + std::to_string(instances_found) + " QAT crypto instance(s) "
+                    "offers the large-number API that cpaCyLnModExp needs: " + which + "; enable "
+                    "asymmetric crypto on the endpoint (qatlib: ServicesEnabled=asym, sym;asym or "
+                    "asym;dc in /etc/sysconfig/qat; QAT 1.x: ServicesEnabled = cy in the "
+                    "device's .conf)");
             }
         } catch (...) {
             for (auto &inst : instances) api->stopInstance(inst->handle);
@@ -345,6 +430,20 @@ struct Session : std::enable_shared_from_this<Session> {
     }
 
     ~Session() { close(10.0); }
+
+    // "" when the instance offers the large-number API (CpaCyCapabilitiesInfo.lnSupported), else
+    // why not.  The library writes its own, release-dependent, size of the struct: we pass a
+    // zeroed buffer larger than any documented one and read lnSupported at its fixed offset.
+    std::string large_number_api(CpaInstanceHandle h) {
+        std::vector<unsigned char> buf(kCapabilitiesBufferBytes, 0);
+        CpaStatus st = api->queryCapabilities(h, buf.data());
+        if (st != CPA_STATUS_SUCCESS)
+            return "cpaCyQueryCapabilities failed: " + cpa_status_name(st);
+        CpaBoolean ln;
+        const size_t at = offsetof(UniflCpaCyCapabilitiesInfo, lnSupported);
+        std::memcpy(&ln, buf.data() + at, sizeof(ln));
+        return ln == CPA_TRUE ? "" : "lnSupported = CPA_FALSE: symmetric-only";
+    }
 
     // One polling thread per instance.  It sleeps on a condition variable while nothing is in
     // flight on its instance (so an idle session costs no CPU) and polls every poll_interval_us
@@ -422,6 +521,12 @@ struct Session : std::enable_shared_from_this<Session> {
             job->land(i, FAILED, nullptr);
             return;
         }
+        uint32_t class_bit = 1u << qat_class_index(cls);
+        if (cpu_classes.load() & class_bit) {  // the library refused this class: the CPU does it
+            stats.class_fallbacks++;
+            job->land(i, FAILED, nullptr);
+            return;
+        }
         {  // per-job bound on outstanding requests
             std::unique_lock<std::mutex> lk(job->mu);
             while (!closing.load() && job->in_flight.load() >= job->max_in_flight)
@@ -440,6 +545,7 @@ struct Session : std::enable_shared_from_this<Session> {
         s->op.base = CpaFlatBuffer{cls, b};
         s->op.exponent = CpaFlatBuffer{cls, x};
         s->result = CpaFlatBuffer{cls, r};
+        s->class_bit = class_bit;
         job->in_flight++;
         int n_inst = std::max(1, std::min<int>(job->use_instances, int(instances.size())));
         auto deadline = Clock::now() + std::chrono::duration<double>(retry_timeout_s);
@@ -461,6 +567,7 @@ struct Session : std::enable_shared_from_this<Session> {
             if (st == CPA_STATUS_RETRY) stats.retries++;
             if (!again) {
                 stats.submit_failures++;
+                if (st == CPA_STATUS_FAIL && !closing.load()) class_refused(class_bit);
                 job->in_flight--;
                 release_slot(s);
                 job->land(i, FAILED, nullptr);
@@ -472,6 +579,21 @@ struct Session : std::enable_shared_from_this<Session> {
         }
     }
 
+    // A submission of a class refused with CPA_STATUS_FAIL: unless that class has completed on the
+    // card before, the library does not implement it, and the class goes to the CPU from now on.
+    void class_refused(uint32_t class_bit) {
+        if (card_classes.load() & class_bit) return;
+        cpu_classes.fetch_or(class_bit);
+    }
+
+    std::vector<unsigned> cpu_size_classes() const {
+        std::vector<unsigned> out;
+        uint32_t mask = cpu_classes.load();
+        for (unsigned k = 0; k < kQatSizeClasses; ++k)
+            if (mask & (1u << k)) out.push_back(kQatSizeClassesBits[k]);
+        return out;
+    }
+
     void on_complete(Slot *s, CpaStatus status) {
         std::shared_ptr<Job> job = s->job;  // keep alive past release
         int64_t i = s->index;
@@ -481,8 +603,12 @@ struct Session : std::enable_shared_from_this<Session> {
             value.resize(job->L);
             ok = from_be(value.data(), job->L, s->result.pData, s->result.dataLenInBytes);
         }
-        if (ok) stats.completed++;
-        else stats.device_failures++;
+        if (ok) {
+            stats.completed++;
+            card_classes.fetch_or(s->class_bit);
+        } else {
+            stats.device_failures++;
+        }
         Instance *inst = s->inst;
         release_slot(s);
         inst->in_flight--;
@@ -565,7 +691,8 @@ struct Session : std::enable_shared_from_this<Session> {
             }
         }
         for (auto &inst : instances) api->stopInstance(inst->handle);
-        api->userStop();
+        // the pinned pool goes back while the user-space process still stands: USDM memory is
+        // mapped for the process's devices, which icp_sal_userStop releases
         for (auto &s : slots) {
             bool gone = std::find(abandoned.begin(), abandoned.end(), s.get()) != abandoned.end();
             if (!gone && s->mem) {
@@ -574,6 +701,7 @@ struct Session : std::enable_shared_from_this<Session> {
                 s->mem = nullptr;
             }
         }
+        api->userStop();
         if (abandoned.empty() && mem_inited && api->memDestroy) api->memDestroy();
     }
 
@@ -598,6 +726,16 @@ struct Session : std::enable_shared_from_this<Session> {
             insts.append(i);
         }
         d["instances"] = insts;
+        py::list skipped_list;
+        for (auto &k : skipped) {
+            py::dict i;
+            i["name"] = k.info.name;
+            i["part"] = k.info.part;
+            i["reason"] = k.reason;
+            skipped_list.append(i);
+        }
+        d["skipped_instances"] = skipped_list;
+        d["instances_found"] = instances_found;
         return d;
     }
 
@@ -611,10 +749,12 @@ struct Session : std::enable_shared_from_this<Session> {
         d["oversize"] = stats.oversize.load();
         d["host_trivial"] = stats.host_trivial.load();
         d["abandoned"] = stats.abandoned.load();
+        d["class_fallbacks"] = stats.class_fallbacks.load();
+        d["size_classes_on_cpu"] = cpu_size_classes().size();
         d["busy_seconds"] = double(stats.busy_ns.load()) * 1e-9;
         d["pool_slots"] = slots.size();
         if (api->simStats && !closed.load()) {
-            uint64_t s[6];
+            uint64_t s[kSimStats];
             api->simStats(s);
             d["sim_engine_busy_seconds"] = double(s[4]) * 1e-9;
             d["sim_engines"] = s[5];
@@ -713,5 +853,6 @@ PYBIND11_MODULE(_qat, m) {
         .def_property_readonly("closed", [](const Session &s) { return s.closed.load(); })
         .def_property_readonly("num_instances", [](const Session &s) { return s.instances.size(); })
         .def("info", &Session::info)
+        .def("cpu_size_classes", &Session::cpu_size_classes)
         .def("stats", &Session::stats_dict);
 }

@@ -9,7 +9,14 @@
 //   polled out, and a full ring answers CPA_STATUS_RETRY;
 // * every flat buffer must come from qaeMemAllocNUMA (it is translated with the function given to
 //   cpaCySetAddressTranslation, and an untranslatable address is CPA_STATUS_INVALID_PARAM);
-// * the documented operand limits hold (8192 bits, modulus > 0, result buffer >= modulus).
+// * the documented operand limits hold (8192 bits, modulus > 0, result buffer >= modulus);
+// * cpaCyQueryCapabilities answers per instance; a symmetric-only instance (no lnSupported) fails
+//   every cpaCyLnModExp with CPA_STATUS_FAIL, as qatlib's instance-type check does;
+// * a size class the "library" does not implement (UNIFL_QAT_SIM_MAX_BITS) is refused at submission
+//   with CPA_STATUS_FAIL, as qatlib's size-class lookup does;
+// * pinned memory freed after icp_sal_userStop is refused (not freed) and counted: USDM memory
+//   belongs to the user-space process, so a driver must free it before stopping that process.
+// It is loaded RTLD_LOCAL by the driver: its qaeMem*/icp_sal_* stay out of the global scope.
 // ModExp is computed in software with libcrypto (BN_mod_exp_mont, declarations shared with the
 // native backend in ../../native/src/bn_api.h); the simulator supports odd moduli only (the only
 // kind UniFL sends) and answers CPA_STATUS_UNSUPPORTED for an even one.
@@ -25,6 +32,10 @@
 //   UNIFL_QAT_SIM_FAIL_RATE  fraction of requests completed with CPA_STATUS_FAIL (default 0)
 //   UNIFL_QAT_SIM_SEED       seed of the (non-cryptographic) failure-injection generator
 //   UNIFL_QAT_SIM_MAX_CORES  CpaInstanceInfo2 layout to write: 4096 (default) or 256
+//   UNIFL_QAT_SIM_SYM_ONLY   how many instances (the first ones) are symmetric-only (default 0)
+//   UNIFL_QAT_SIM_MAX_BITS   widest size class implemented (default 8192; 4096 plays a library
+//                            that refuses 8192-bit operations); unifl_qat_sim_set_max_bits
+//                            changes it while running
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -63,6 +74,7 @@ struct Request {
 struct Instance {
     int id = 0;
     bool started = false;
+    bool sym_only = false;  // no large-number API: cpaCyLnModExp fails
     CpaVirtualToPhysical v2p = nullptr;
     std::mutex mu;
     std::deque<Request> done;  // responses waiting to be polled out
@@ -78,10 +90,13 @@ struct Sim {
     std::deque<Request> pending;
     std::vector<std::thread> engines;
     int ring = 64, n_engines = 2, max_cores = 4096;
+    std::atomic<unsigned> max_bits{8192};
     double latency_us = 0, fail_rate = 0;
     uint64_t rng = 1;
     // statistics
     std::atomic<uint64_t> submitted{0}, retries{0}, injected{0}, completed{0}, busy_ns{0};
+    std::atomic<uint64_t> frees_after_stop{0};  // qaeMemFreeNUMA refused after icp_sal_userStop
+    std::atomic<bool> stopped{false};           // icp_sal_userStop ran, no start since
     // pinned-memory registry: start address -> size
     std::mutex mem_mu;
     std::map<uintptr_t, size_t> allocations;
@@ -201,14 +216,19 @@ SIM_EXPORT CpaStatus icp_sal_userStart(const char *pProcessName) {
     g.fail_rate = std::clamp(env_double("UNIFL_QAT_SIM_FAIL_RATE", 0), 0.0, 1.0);
     g.rng = uint64_t(env_long("UNIFL_QAT_SIM_SEED", 1)) * 0x9E3779B97F4A7C15ULL | 1;
     g.max_cores = env_long("UNIFL_QAT_SIM_MAX_CORES", 4096) == 256 ? 256 : 4096;
+    int sym_only = int(std::clamp(env_long("UNIFL_QAT_SIM_SYM_ONLY", 0), 0L, long(n)));
+    g.max_bits = unsigned(std::clamp(env_long("UNIFL_QAT_SIM_MAX_BITS", 8192), 512L, 8192L));
     g.instances.clear();
     for (int i = 0; i < n; ++i) {
         g.instances.push_back(std::make_unique<Instance>());
         g.instances.back()->id = i;
+        g.instances.back()->sym_only = i < sym_only;
     }
     g.pending.clear();
     g.stop = false;
     g.submitted = g.retries = g.injected = g.completed = g.busy_ns = 0;
+    g.frees_after_stop = 0;
+    g.stopped = false;
     for (int i = 0; i < g.n_engines; ++i) g.engines.emplace_back(engine_loop);
     g.started = true;
     return CPA_STATUS_SUCCESS;
@@ -220,6 +240,7 @@ SIM_EXPORT CpaStatus icp_sal_userStop(void) {
         if (!g.started) return CPA_STATUS_FAIL;
         g.stop = true;
         g.started = false;
+        g.stopped = true;
     }
     g.cv.notify_all();
     for (auto &t : g.engines) t.join();
@@ -291,6 +312,19 @@ SIM_EXPORT CpaStatus cpaCyStopInstance(CpaInstanceHandle h) {
     return CPA_STATUS_SUCCESS;
 }
 
+SIM_EXPORT CpaStatus cpaCyQueryCapabilities(const CpaInstanceHandle h, void *pCapInfo) {
+    std::lock_guard<std::mutex> lk(g.mu);
+    Instance *inst = as_instance(h);
+    if (!inst || !pCapInfo) return CPA_STATUS_INVALID_PARAM;
+    if (!inst->started) return CPA_STATUS_FAIL;  // documented precondition: a started instance
+    UniflCpaCyCapabilitiesInfo cap;
+    std::memset(&cap, 0, sizeof(cap));
+    cap.symSupported = CPA_TRUE;
+    if (!inst->sym_only) cap.lnSupported = CPA_TRUE;  // the only asymmetric service we offer
+    std::memcpy(pCapInfo, &cap, sizeof(cap));
+    return CPA_STATUS_SUCCESS;
+}
+
 SIM_EXPORT CpaStatus cpaCySetAddressTranslation(const CpaInstanceHandle h,
                                                 CpaVirtualToPhysical virtual2Physical) {
     std::lock_guard<std::mutex> lk(g.mu);
@@ -309,6 +343,7 @@ SIM_EXPORT CpaStatus cpaCyLnModExp(const CpaInstanceHandle h, const CpaCyGenFlat
     if (!inst || !op || !result) return CPA_STATUS_INVALID_PARAM;
     if (!cb) return CPA_STATUS_UNSUPPORTED;  // the simulator offers the asynchronous mode only
     if (!g.started || !inst->started) return CPA_STATUS_FAIL;
+    if (inst->sym_only) return CPA_STATUS_FAIL;  // qatlib: "the instance handle is the wrong type"
     for (const CpaFlatBuffer *b : {&op->modulus, &op->base, &op->exponent, (const CpaFlatBuffer *)result})
         if (!translatable(inst, *b) || b->dataLenInBytes > kQatMaxBytes)
             return CPA_STATUS_INVALID_PARAM;
@@ -316,6 +351,11 @@ SIM_EXPORT CpaStatus cpaCyLnModExp(const CpaInstanceHandle h, const CpaCyGenFlat
     if (mod_bytes == 0 || result->dataLenInBytes < op->modulus.dataLenInBytes)
         return CPA_STATUS_INVALID_PARAM;
     if (!(op->modulus.pData[op->modulus.dataLenInBytes - 1] & 1)) return CPA_STATUS_UNSUPPORTED;
+    {  // the size class the library would pick (widest operand, leading zeros not counted)
+        unsigned widest = std::max({significant_bytes(op->modulus), significant_bytes(op->base),
+                                    significant_bytes(op->exponent), 1u});
+        if (qat_class_bytes(widest) * 8 > g.max_bits.load()) return CPA_STATUS_FAIL;
+    }
     {
         std::lock_guard<std::mutex> ilk(inst->mu);
         if (inst->occupancy >= g.ring) {
@@ -376,6 +416,10 @@ SIM_EXPORT void *qaeMemAllocNUMA(size_t size, int node, size_t phys_alignment_by
 
 SIM_EXPORT void qaeMemFreeNUMA(void **ptr) {
     if (!ptr || !*ptr) return;
+    if (g.stopped.load()) {  // after icp_sal_userStop: refused (left allocated) and counted
+        g.frees_after_stop++;
+        return;
+    }
     {
         std::lock_guard<std::mutex> lk(g.mem_mu);
         if (!g.allocations.erase(reinterpret_cast<uintptr_t>(*ptr))) return;  // not ours
@@ -395,9 +439,18 @@ SIM_EXPORT uint64_t qaeVirtToPhysNUMA(void *pVirtAddr) {
     return a < it->first + it->second ? uint64_t(a) : 0;
 }
 
-// Simulator statistics for benchmarks: submitted, RETRY answers, injected failures, completed,
-// engine-busy nanoseconds, engines.
-SIM_EXPORT void unifl_qat_sim_stats(uint64_t out[6]) {
+// Simulator statistics (kSimStats entries): submitted, RETRY answers, injected failures,
+// completed, engine-busy nanoseconds, engines, frees refused after icp_sal_userStop (since the last
+// icp_sal_userStart), live pinned allocations.
+SIM_EXPORT void unifl_qat_sim_stats(uint64_t out[kSimStats]) {
     out[0] = g.submitted; out[1] = g.retries; out[2] = g.injected;
     out[3] = g.completed; out[4] = g.busy_ns; out[5] = uint64_t(g.n_engines);
+    out[6] = g.frees_after_stop;
+    std::lock_guard<std::mutex> lk(g.mem_mu);
+    out[7] = uint64_t(g.allocations.size());
+}
+
+// The widest size class implemented from now on (UNIFL_QAT_SIM_MAX_BITS while running).
+SIM_EXPORT void unifl_qat_sim_set_max_bits(unsigned bits) {
+    g.max_bits = std::clamp(bits, 512u, 8192u);
 }
