@@ -9,8 +9,9 @@ exponentiation on the device (one launch).  Here the device is PoCL on the host 
 numbers measure the host runtime and the kernel's code on a CPU, not an FPGA; every fpga row says so.
 
 The RTL estimate at the end is *not* a measurement: cycles per MontMult come from the cocotb
-simulation of rtl/unifl_montmul.v (tests/test_fpga_rtl.py asserts the same formula), scaled to a
-clock and an engine count (FLASH: 300 engines at 300 MHz on a VU13P).
+simulation of rtl/unifl_montmul.v (tests/test_fpga_rtl.py asserts the same formula), scaled to the
+clock and the engine count that yosys synthesis of today's engine supports on a VU13P (100 MHz; 126
+engines at 1024 bits, 81 at 2048, after a 25 % shell reserve: bench/fpga_synth.py, docs/fpga.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ def rtl_cycles(d: int) -> int:
     return 2 + d * p + 1 + d + 1 + (1 if p == d else 0)
 
 
-def rtl_estimate(bits: int, mhz: float = 300.0, engines: int = 300) -> dict:
+#: engines of today's (unpipelined) engine per VU13P after a 25 % shell reserve, from yosys
+#: synthesis (LUT-bound; docs/fpga.md "Estimates")
+VU13P_ENGINES = {1024: 126, 2048: 81}
+
+
+def rtl_estimate(bits: int, mhz: float = 100.0, engines: int | None = None) -> dict:
+    engines = VU13P_ENGINES.get(bits, 81) if engines is None else engines
     d = bits // 64
     c = rtl_cycles(d)
     mm = mhz * 1e6 / c * engines
@@ -130,8 +137,8 @@ def main() -> None:
         r, s = measure(lambda: len(encrypt_limbs(be, pk, m_l)), min_time, repeats)
         add("Paillier enc (1024-bit key)", 1024, name, r, s, r_g)
 
-    print("\nRTL estimate (NOT measured: cycles from the cocotb simulation of rtl/unifl_montmul.v,"
-          " scaled to FLASH's 300 engines at 300 MHz on a VU13P):")
+    print("\nRTL ESTIMATE (NOT measured: cycles from the simulation of rtl/unifl_montmul.v, at the"
+          " clock and VU13P engine count that yosys synthesis supports; docs/fpga.md):")
     est = [rtl_estimate(b) for b in (1024, 2048)]
     for e in est:
         print(f"  {e['bits']:5d}-bit: {e['cycles_per_montmult']} cycles/MontMult -> "
