@@ -24,6 +24,17 @@ def exp_limbs(exps: int | Iterable[int]) -> np.ndarray:
     return to_limbs(vals, width)
 
 
+def check_covered(exps: np.ndarray, covered: int) -> None:
+    """Refuses (OperandError) a fixed-base exponent longer than the ``covered`` bits its comb table
+    covers: the table has digits for those bits only, so a longer exponent would be cut silently."""
+    keep = np.array([(1 << max(0, min(64, covered - 64 * i))) - 1 for i in range(exps.shape[1])],
+                    dtype=np.uint64)
+    over = np.flatnonzero((exps & ~keep).any(axis=1)) if exps.size else np.empty(0, np.intp)
+    if len(over):
+        raise OperandError(f"fixed-base exponent #{int(over[0])} is longer than the {covered} bits "
+                           "the comb table covers")
+
+
 def window_bits(exp_bits: int) -> int:
     """Window width minimising squarings + table + multiplications for an exponent of this length."""
     for limit, w in ((8, 1), (24, 3), (80, 4), (240, 5), (672, 6), (2000, 7)):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import OperandError
 from .limbs import limb_count
 from .montgomery import MontContext
 
@@ -34,6 +35,13 @@ class PaillierPublicMaterial:
     n_ctx: MontContext = field(repr=False)
     nsquare_ctx: MontContext = field(repr=False)
     fixed_base: FixedBase | None = None
+
+    def require_fixed_base(self) -> FixedBase:
+        """The DJN fixed base; OperandError when the key has none."""
+        if self.fixed_base is None:
+            raise OperandError("fixed-base encryption: the key has no DJN fixed base "
+                               "(PublicKey.enable_fixed_base)")
+        return self.fixed_base
 
 
 @dataclass(frozen=True, eq=False)

@@ -48,7 +48,7 @@ import numpy as np
 
 from .. import base_op, mod_op
 from ..base_op import MontContext, from_limbs, mont_context, to_limbs
-from ..core.exponents import window_digits
+from ..core.exponents import check_covered, window_digits
 from ..core.backend import Backend
 from ..core.contract import Limbs, OpContract
 from ..core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
@@ -484,7 +484,7 @@ def paillier_encrypt_fixed_base(backend: Backend | str | None, pk: PaillierPubli
     be = resolve_backend(backend)
     if be.implements("paillier_encrypt_fixed_base"):
         return _ops(be).op_paillier_encrypt_fixed_base(pk, m, a)
-    fb = _require_fixed_base(pk)
+    fb = pk.require_fixed_base()
     table = _fixed_base_table(be, pk)
     return _finish(be, pk, m, _comb_power(be, pk.nsquare_ctx, table, fb.window, a))
 
@@ -525,7 +525,7 @@ def paillier_encrypt_owner_fixed_base(backend: Backend | str | None, sk: Paillie
     be = resolve_backend(backend)
     if be.implements("paillier_encrypt_owner_fixed_base"):
         return _ops(be).op_paillier_encrypt_owner_fixed_base(sk, m, a)
-    fb = _require_fixed_base(sk.public_key)
+    fb = sk.public_key.require_fixed_base()
     halves = []
     for ctx, table in zip((sk.psquare_ctx, sk.qsquare_ctx), _owner_fixed_base_tables(be, sk)):
         halves.append(base_op.from_mont(be, ctx, _comb_power(be, ctx, table, fb.window, a)))
@@ -627,7 +627,7 @@ def _owner_fixed_base_tables(be: Backend, sk: PaillierPrivateMaterial
     by the backend instance and keyed by the private record (a new fixed base is a new record)."""
     def build() -> tuple[np.ndarray, np.ndarray]:
         pk = sk.public_key
-        fb = _require_fixed_base(pk)
+        fb = pk.require_fixed_base()
         hs = from_limbs(base_op.from_mont(be, pk.nsquare_ctx, fb.hs_mont[None, :]))[0]
         out = []
         for ctx in (sk.psquare_ctx, sk.qsquare_ctx):
@@ -638,19 +638,12 @@ def _owner_fixed_base_tables(be: Backend, sk: PaillierPrivateMaterial
 
 
 # ---- DJN fixed base (comb tables)
-def _require_fixed_base(pk: PaillierPublicMaterial) -> FixedBase:
-    if pk.fixed_base is None:
-        raise OperandError("fixed-base encryption: the key has no DJN fixed base "
-                           "(PublicKey.enable_fixed_base)")
-    return pk.fixed_base
-
-
 def _fixed_base_table(be: Backend, pk: PaillierPublicMaterial) -> np.ndarray:
     """The comb table (nwin, 2^w − 1, L2) for the generic fixed-base composition, cached per key.
 
     Held by the backend instance, keyed by the key's record: a new fixed base (a new record) never
     meets an old table, and the build runs once however many threads ask at the same time."""
-    fb = _require_fixed_base(pk)
+    fb = pk.require_fixed_base()
     return be.state.get(pk, "fixed_base_table", lambda: _comb_table(
         be, pk.nsquare_ctx, fb.hs_mont[None, :].copy(), fb.exp_bits, fb.window))
 
@@ -680,13 +673,7 @@ def _comb_power(be: Backend, ctx: MontContext, table: np.ndarray, window: int, a
         OperandError: an exponent is longer than the table covers."""
     nwin = table.shape[0]
     a = np.ascontiguousarray(a, dtype=np.uint64)
-    covered = nwin * window
-    # per limb, the bits the table covers: all, the low ones of the boundary limb, none above it
-    keep = [(1 << max(0, min(64, covered - 64 * i))) - 1 for i in range(a.shape[1])]
-    over = np.flatnonzero((a & ~np.array(keep, dtype=np.uint64)).any(axis=1))
-    if len(over):
-        raise OperandError(f"fixed-base exponent #{int(over[0])} is longer than the {covered} bits "
-                           f"the comb table covers")
+    check_covered(a, nwin * window)
     digits = window_digits(a, window, nwin)[::-1]          # (nwin, N), least significant first
     j_idx, rows = np.nonzero(digits)
     entries = table[j_idx, digits[j_idx, rows] - 1]
@@ -697,7 +684,7 @@ def _fixed_base_obfuscators(be: Backend, pk: "PublicKey | PaillierPublicMaterial
                             ) -> Limbs:
     """hs^a mod n² for each row of ``a`` (Montgomery form), from the full-size comb table."""
     rec = pk if isinstance(pk, PaillierPublicMaterial) else pk.material
-    fb = _require_fixed_base(rec)
+    fb = rec.require_fixed_base()
     return _comb_power(be, rec.nsquare_ctx, _fixed_base_table(be, rec), fb.window, a)
 
 

@@ -54,6 +54,7 @@ from typing import Any, Callable, Protocol, TypeVar
 import numpy as np
 
 from ...core.contract import Limbs
+from ...core.exponents import check_covered
 from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext
 from ...core.errors import InvalidCiphertextError, OperandError
@@ -221,9 +222,9 @@ class KernelBackend(Backend):
                                        a: np.ndarray) -> Limbs:
         """DJN encryption from the device-resident comb table of the key's fixed base."""
         self._check_key(pk)
-        fb = keys.require_fixed_base(pk)
+        fb = pk.require_fixed_base()
         a = _c(a)
-        keys.check_comb_exponents(a, fb.exp_bits, fb.window)
+        check_covered(a, -(-fb.exp_bits // fb.window) * fb.window)
         table = self.state.get(pk, "comb_table", lambda: self.engine.prepare_table(
             keys.comb_table(pk.nsquare_ctx, keys.fixed_base_value(pk), fb.exp_bits, fb.window)))
         return self.engine.fixed_base(self._key(pk, keys.pub_blob, KIND_PUB), table, fb.window,
@@ -237,9 +238,9 @@ class KernelBackend(Backend):
         if not keys.crt_fits_groups(sk):
             raise OperandError(f"the {self.name} backend's key-owner fixed-base kernel needs "
                                f"primes of at most {16 * keys.MAX_LIMBS} bits")
-        fb = keys.require_fixed_base(pk)
+        fb = pk.require_fixed_base()
         a = _c(a)
-        keys.check_comb_exponents(a, fb.exp_bits, fb.window)
+        check_covered(a, -(-fb.exp_bits // fb.window) * fb.window)
 
         def build() -> tuple[Any, Any]:
             hs = keys.fixed_base_value(pk)

@@ -20,8 +20,7 @@ from __future__ import annotations
 import gmpy2
 import numpy as np
 
-from ...core.errors import OperandError
-from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
+from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext, mont_context
 from ...core.limbs import from_limbs, limb_count, to_limbs
 
@@ -104,16 +103,9 @@ def crt_fits_groups(sk: PaillierPrivateMaterial) -> bool:
 
 
 # ---- DJN fixed base: the comb tables the fixed-base kernels read from device memory
-def require_fixed_base(pk: PaillierPublicMaterial) -> FixedBase:
-    if pk.fixed_base is None:
-        raise OperandError("fixed-base encryption: the key has no DJN fixed base "
-                           "(PublicKey.enable_fixed_base)")
-    return pk.fixed_base
-
-
 def fixed_base_value(pk: PaillierPublicMaterial) -> int:
     """hs itself (plain, mod n²) from the record's Montgomery form."""
-    fb = require_fixed_base(pk)
+    fb = pk.require_fixed_base()
     ctx = pk.nsquare_ctx
     hs_mont = from_limbs(np.asarray(fb.hs_mont, np.uint64)[None, :])[0]
     return hs_mont * pow(ctx.R, -1, ctx.m) % ctx.m
@@ -134,14 +126,3 @@ def comb_table(ctx: MontContext, base: int, exp_bits: int, window: int) -> np.nd
         b = gmpy2.powmod(b, 1 << window, m)
     return to_limbs(vals, ctx.num_limbs).reshape(nwin, per, ctx.num_limbs)
 
-
-def check_comb_exponents(a: np.ndarray, exp_bits: int, window: int) -> None:
-    """Refuses (OperandError) an exponent longer than the comb table covers (ceil(exp_bits/w)·w
-    bits): the kernels read only the digits the table has, so a longer one would be cut."""
-    covered = -(-exp_bits // window) * window
-    keep = np.array([(1 << max(0, min(64, covered - 64 * i))) - 1 for i in range(a.shape[1])],
-                    dtype=np.uint64)
-    over = np.flatnonzero((a & ~keep).any(axis=1)) if a.size else np.empty(0, np.intp)
-    if len(over):
-        raise OperandError(f"fixed-base exponent #{int(over[0])} is longer than the {covered} bits "
-                           "the comb table covers")

@@ -25,6 +25,7 @@ from typing import Any, Callable, TypeGuard
 import numpy as np
 
 from ...core.contract import Limbs
+from ...core.exponents import check_covered
 from ...core.limbs import DeviceBatch
 from ...core.errors import BackendUnavailable, ConfigError, DeviceError, OperandError
 
@@ -308,21 +309,6 @@ def _need_rows(op: str, name: str, x: Limbs, limbs: int, n: int | None = None,
     return int(shape[0])
 
 
-def _check_exponents(op: str, a: np.ndarray, covered: int) -> None:
-    """The fixed-base exponents must fit the ``covered`` = nwin·w bits the comb table covers: the
-    kernel reads only those digits, so a longer exponent would be cut silently (the host harness's
-    check_exponents)."""
-    for limb in range(a.shape[1]):
-        lo = 64 * limb
-        if covered >= lo + 64:
-            continue
-        keep = 0 if covered <= lo else (1 << (covered - lo)) - 1
-        over = np.flatnonzero(a[:, limb] & np.uint64(~keep & 0xFFFFFFFFFFFFFFFF))
-        if len(over):
-            raise OperandError(f"gpu {op}: exponent row {int(over[0])} is longer than the "
-                               f"{covered} bits the comb table covers")
-
-
 def _plan_arrays(op: str, order: np.ndarray, plan: np.ndarray, n: int, num_groups: int
                  ) -> tuple[np.ndarray, np.ndarray]:
     """``order``/``plan`` of a one-launch grouped product (``kernel_backend.group_plan``) checked
@@ -562,7 +548,8 @@ class CudaEngine:
             raise OperandError(f"gpu {op}: a must be a uint64 array of shape ({n}, La >= 1), got "
                                f"{a.dtype} {a.shape}")
         a = np.ascontiguousarray(a)
-        _check_exponents(op, a, nwin * window)
+        # the kernel reads only the digits the table has: a longer exponent would be cut silently
+        check_covered(a, nwin * window)
         return nwin, n, a
 
     def fixed_base(self, pub: DeviceKey, table: DeviceTable, window: int, m: Limbs,
