@@ -8,10 +8,10 @@ device, ModExp composed on the host from ~1.2·bits device batches); ``fpga[mode
 exponentiation on the device (one launch).  Here the device is PoCL on the host CPU, so the fpga
 numbers measure the host runtime and the kernel's code on a CPU, not an FPGA; every fpga row says so.
 
-The RTL estimate at the end is *not* a measurement: cycles per MontMult come from the cocotb
-simulation of rtl/unifl_montmul.v (tests/test_fpga_rtl.py asserts the same formula), scaled to the
-clock and the engine count that yosys synthesis of today's engine supports on a VU13P (100 MHz; 126
-engines at 1024 bits, 81 at 2048, after a 25 % shell reserve: bench/fpga_synth.py, docs/fpga.md).
+The RTL estimate at the end is *not* a measurement: cycles per MontMult are the interval of
+rtl/unifl_mm_engine.v (bench/fpga_estimate.py; tests/test_fpga_rtl.py checks the formula against
+the cocotb simulation), scaled to the stated clock and the engine count that yosys synthesis
+supports on a VU13P (250 MHz; 297 engines, DSP-bound, after a 25 % shell reserve: docs/fpga.md).
 """
 
 from __future__ import annotations
@@ -33,22 +33,19 @@ from unifl.bench import measure  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402
 from unifl.phe_sdk.paillier import encrypt_limbs  # noqa: E402
 
-
-def rtl_cycles(d: int) -> int:
-    """Cycles per MontMult of rtl/unifl_montmul.v with D words of 64 bits (from simulation)."""
-    p = max(d, 5)
-    return 2 + d * p + 1 + d + 1 + (1 if p == d else 0)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fpga_estimate import interval_cycles  # noqa: E402
 
 
-#: engines of today's (unpipelined) engine per VU13P after a 25 % shell reserve, from yosys
-#: synthesis (LUT-bound; docs/fpga.md "Estimates")
-VU13P_ENGINES = {1024: 126, 2048: 81}
+#: engines per VU13P after a 25 % shell reserve, from yosys synthesis (DSP-bound at 31 DSP48E2
+#: per engine for both sizes; docs/fpga.md "Estimates")
+VU13P_ENGINES = {1024: 297, 2048: 297}
 
 
-def rtl_estimate(bits: int, mhz: float = 100.0, engines: int | None = None) -> dict:
-    engines = VU13P_ENGINES.get(bits, 81) if engines is None else engines
+def rtl_estimate(bits: int, mhz: float = 250.0, engines: int | None = None) -> dict:
+    engines = VU13P_ENGINES.get(bits, 297) if engines is None else engines
     d = bits // 64
-    c = rtl_cycles(d)
+    c = interval_cycles(d)
     mm = mhz * 1e6 / c * engines
     # a full-length ModExp with 6-bit windows: bits squarings + bits/6 multiplications + 62 table
     mults = bits + bits / 6 + 62
@@ -137,7 +134,7 @@ def main() -> None:
         r, s = measure(lambda: len(encrypt_limbs(be, pk, m_l)), min_time, repeats)
         add("Paillier enc (1024-bit key)", 1024, name, r, s, r_g)
 
-    print("\nRTL ESTIMATE (NOT measured: cycles from the simulation of rtl/unifl_montmul.v, at the"
+    print("\nRTL ESTIMATE (NOT measured: the interval of rtl/unifl_mm_engine.v, at the"
           " clock and VU13P engine count that yosys synthesis supports; docs/fpga.md):")
     est = [rtl_estimate(b) for b in (1024, 2048)]
     for e in est:

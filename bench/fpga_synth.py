@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""Synthesis figures of the RTL MontMult engine (``rtl/unifl_montmul.v``) with yosys.
+"""Synthesis figures of the RTL MontMult engine (``rtl/unifl_mm_engine.v``) with yosys.
 
 For each configuration (family × operand size) this runs yosys once, from nothing (a fresh
 temporary directory per run: no netlist, log or figure is kept from an earlier run):
 
-    read_verilog rtl/unifl_montmul.v
-    chparam -set W 64 -set D <bits/64> unifl_montmul
-    synth_xilinx    -family xcup        -noiopad -noclkbuf -top unifl_montmul   (UltraScale+)
-    synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top unifl_montmul   (Cyclone 10 GX)
+    read_verilog rtl/unifl_mm_parts.v rtl/unifl_mm_engine.v
+    chparam -set W 64 -set D <bits/64> unifl_mm_engine
+    synth_xilinx    -family xcup        -noiopad -noclkbuf -flatten -top unifl_mm_engine  (UltraScale+)
+    synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top unifl_mm_engine  (Cyclone 10 GX; flattens by default)
+    rename -top unifl_mm_engine
     tee -o stat.txt stat ; tee -o check.txt check -noinit ; write_json netlist.json
 
 ``-noiopad -noclkbuf``: the engine is a block inside a kernel, not a chip top (out-of-context), so
-no I/O buffer is counted.  From ``stat`` it takes DSP, LUT, FF, carry, BRAM and LUTRAM counts;
-from the log, latches and ABC failures; from ``check``, logic loops and other problems.
+no I/O buffer is counted; ``-flatten``: one netlist, so the walk below sees every path.  From
+``stat`` it takes DSP, LUT, FF, carry, BRAM and LUTRAM counts (and the LUT sites the LUT RAMs
+occupy); from the log, latches and ABC failures; from ``check``, logic loops and other problems.
+
+yosys 0.23 packs no flip-flop into a DSP48E2 (AREG/BREG/MREG/PREG stay 0 even for a textbook
+registered 27x18 multiplier, checked by hand), so the engine's operand, product and output
+registers around each multiplier remain fabric flip-flops and each DSP counts here as an
+unregistered block between two registers; Vivado absorbs such registers into the DSP.
 
 Longest register-to-register path (a netlist walk, not static timing analysis)
 ------------------------------------------------------------------------------
@@ -64,8 +71,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RTL = ROOT / "rtl" / "unifl_montmul.v"
-TOP = "unifl_montmul"
+# the engine and its building blocks (adder tree, LUT RAM, low-half multiplier)
+RTL = [ROOT / "rtl" / "unifl_mm_parts.v", ROOT / "rtl" / "unifl_mm_engine.v"]
+TOP = "unifl_mm_engine"
 W = 64  # limb width of the engine (the module's W parameter)
 
 # ---- cell classes per family --------------------------------------------------------------------
@@ -102,6 +110,14 @@ INTEL_CLASSES = {
 # DSP blocks per MAC cell: a Cyclone 10 GX / Arria 10 / Stratix 10 variable-precision DSP block
 # is one 27x27 or two 18x19 multipliers (three 9x9 on Cyclone V; counted as 1/3 here too).
 DSP_BLOCKS = {"MISTRAL_MUL27X27": 1.0, "MISTRAL_MUL18X18": 0.5, "MISTRAL_MUL9X9": 1 / 3}
+# LUTs of a SLICEM that a distributed-RAM / shift-register cell occupies (UltraScale+ CLB guide):
+# the "LUT" budget of an engine is logic LUTs plus these
+LUTRAM_SITES = {"RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2,
+                "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1,
+                "RAM128X1S": 2, "RAM256X1S": 4, "RAM512X1S": 8, "SRL16E": 1, "SRLC16E": 1,
+                "SRLC32E": 1,
+                # a MISTRAL_MLAB cell is a 32 x 1 slice; an MLAB (one LAB, 10 ALMs) holds 640 bits
+                "MISTRAL_MLAB": 0.5}
 # BRAM36-equivalents per cell
 BRAM_UNITS = {"RAMB18E2": 0.5, "RAMB18E1": 0.5, "FIFO18E2": 0.5}
 
@@ -133,7 +149,7 @@ class Family:
 
 FAMILIES = {
     "xcup": Family("xcup", "AMD UltraScale+ (yosys synth_xilinx -family xcup)",
-                   f"synth_xilinx -family xcup -noiopad -noclkbuf -top {TOP}", XILINX_CLASSES),
+                   f"synth_xilinx -family xcup -noiopad -noclkbuf -flatten -top {TOP}", XILINX_CLASSES),
     "cyclone10gx": Family("cyclone10gx", "Intel Cyclone 10 GX (yosys synth_intel_alm -family "
                           "cyclone10gx)",
                           f"synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top {TOP}",
@@ -198,6 +214,11 @@ def summarize_cells(fam: Family, counts: dict[str, int]) -> dict[str, Any]:
         "latches": by_class["latch"],
         "bram": bram,
         "lutram": by_class["lutram"],
+        "lutram_cells": {t: n for t, n in counts.items() if fam.classes.get(t) == "lutram"},
+        # logic LUTs plus the LUT sites the distributed RAMs and shift registers occupy
+        "lut_sites": int(by_class["lut"] + sum(LUTRAM_SITES.get(t, 1) * n
+                                               for t, n in counts.items()
+                                               if fam.classes.get(t) == "lutram")),
         "uram": by_class["uram"],
         "unknown_cells": unknown,
     }
@@ -206,8 +227,10 @@ def summarize_cells(fam: Family, counts: dict[str, int]) -> dict[str, Any]:
         # one (Quartus decides).  Rough ALM figure: ALUT6 + ALUT5 + the rest / 2 (incl. carry).
         small = sum(n for t, n in counts.items()
                     if t in ("MISTRAL_ALUT2", "MISTRAL_ALUT3", "MISTRAL_ALUT4", "MISTRAL_NOT"))
+        # plus the ALMs of the MLABs that hold the LUT RAMs (half an ALM per 32 x 1 slice)
         out["alm_est"] = int(counts.get("MISTRAL_ALUT6", 0) + counts.get("MISTRAL_ALUT5", 0)
-                             + (small + counts.get("MISTRAL_ALUT_ARITH", 0)) / 2)
+                             + (small + counts.get("MISTRAL_ALUT_ARITH", 0)) / 2
+                             + LUTRAM_SITES["MISTRAL_MLAB"] * counts.get("MISTRAL_MLAB", 0))
     return out
 
 
@@ -397,9 +420,10 @@ def synthesize(family: str, bits: int, keep: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="unifl-synth-") as tmp:
         wd = Path(tmp)
         script = "; ".join([
-            f"read_verilog {RTL}",
+            "read_verilog " + " ".join(str(f) for f in RTL),
             f"chparam -set W {W} -set D {d} {TOP}",
             fam.synth,
+            f"rename -top {TOP}",   # the parameterised top keeps its plain name in the netlist
             "tee -q -o stat.txt stat",
             "tee -q -o check.txt check -noinit",
             "write_json netlist.json",
@@ -459,7 +483,8 @@ def table(results: list[dict[str, Any]]) -> str:
         dsp = r["dsp"]
         if r["family"] == "cyclone10gx":
             dsp = f"{dsp} ({'+'.join(f'{n}×{t[8:]}' for t, n in r['dsp_cells'].items())})"
-        lut = f"{r['lut']}" + (f" (~{r['alm_est']} ALM)" if "alm_est" in r else "")
+        lut = f"{r['lut']}" + (f" (~{r['alm_est']} ALM)" if "alm_est" in r else
+                                f" (+{r['lut_sites'] - r['lut']} as RAM)")
         rows.append(
             f"| {r['family']} | {r['bits']} | {dsp} | {lut} | {r['ff']} | {r['carry']} | "
             f"{r['bram']} | {r['lutram']} | {r['latches'] + r['latches_inferred']} | "
@@ -489,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
             if fam not in FAMILIES or not bits.isdigit():
                 ap.error(f"bad --config {c!r} (FAMILY:BITS, FAMILY in {sorted(FAMILIES)})")
             configs.append((fam, int(bits)))
-    print(f"# {yosys_version()}; rtl/unifl_montmul.v, W = {W}", file=sys.stderr)
+    print(f"# {yosys_version()}; {' '.join(str(f.relative_to(ROOT)) for f in RTL)}, W = {W}",
+          file=sys.stderr)
     results = []
     for fam, bits in configs:  # sequential: one yosys at a time
         print(f"# synthesizing {fam} {bits} bits ...", file=sys.stderr, flush=True)
