@@ -363,3 +363,102 @@ def test_fpga_failing_mid_run_falls_back_bit_identically(monkeypatch):
     assert (ev["from"], ev["to"]) == ("fpga", "cpu") and ev["reason"].startswith("FpgaDeviceError")
     assert "clEnqueueWriteBuffer" in ev["reason"]
     be.close()
+
+
+# ------------------------------------------------------------------ binary kinds and launch shape
+def test_binary_kind_from_magic():
+    """The kind comes from the first bytes, not the file name; only impossible pairs are refused."""
+    from unifl.backends.fpga.runtime import binary_kind, binary_mismatch
+    assert binary_kind(b"xclbin2\0" + bytes(64)) == "xclbin"
+    assert binary_kind(b"\x7fELF\x02\x01\x01" + bytes(64)) == "elf"
+    assert binary_kind(b"poclbin\0" + bytes(64)) == "pocl"
+    assert binary_kind(b"xclbin1") == "unknown" and binary_kind(b"") == "unknown"
+    pocl, xrt, intel = ("Portable Computing Language", "Xilinx",
+                        "Intel(R) FPGA SDK for OpenCL(TM)")
+    assert "XRT" in binary_mismatch("xclbin", pocl) and binary_mismatch("xclbin", xrt) is None
+    assert "only .xclbin" in binary_mismatch("elf", xrt)
+    assert "only .xclbin" in binary_mismatch("pocl", xrt)
+    assert binary_mismatch("elf", intel) is None and binary_mismatch("unknown", intel) is None
+    assert "poclbin" in binary_mismatch("elf", pocl) and binary_mismatch("pocl", pocl) is None
+    assert "only on PoCL" in binary_mismatch("pocl", intel)
+
+
+@pytest.mark.parametrize("name,header,kind", [
+    ("kernels.xclbin", b"xclbin2\0", "Xilinx .xclbin"),
+    ("kernels.aocx", b"\x7fELF\x02\x01\x01\0", "ELF program binary .*Intel FPGA .aocx"),
+    ("misnamed.bin", b"xclbin2\0", "Xilinx .xclbin"),          # the magic decides, not the name
+])
+def test_foreign_binary_kind_is_named_with_the_platform(tmp_path, name, header, kind):
+    """A vendor binary on the wrong platform (here: PoCL) is refused before the driver sees it,
+    naming the binary's kind and the platform that was found."""
+    be0 = _fpga()
+    if not be0.runtime.stand_in:
+        pytest.skip(f"the platform is {be0.describe()}, not PoCL")
+    from unifl.backends.fpga.runtime import FpgaBuildError
+    path = tmp_path / name
+    path.write_bytes(header + secrets.token_bytes(512))
+    platform = be0.runtime.platform.name.strip()
+    with pytest.raises(FpgaBuildError, match=f"{name}.* is an? {kind}.*platform is "
+                                             f"'{platform}'"):
+        unifl.backend("fpga", binary=str(path))
+
+
+def test_pocl_binary_round_trip_through_the_binary_option(tmp_path):
+    """A PoCL-built program's own binary (prog.binaries), saved to a file and loaded back through
+    ``binary:``: recognised as a PoCL binary, launched as an NDRange of min(engines, rows), and
+    bit-exact."""
+    be0 = _fpga()
+    if not be0.runtime.stand_in:
+        pytest.skip(f"the platform is {be0.describe()}, not PoCL")
+    import pyopencl as cl
+    from unifl.backends.fpga.runtime import binary_kind, kernel_source
+    ctx = cl.Context([be0.runtime.device])
+    prog = cl.Program(ctx, kernel_source()).build(options=["-DL=16"])
+    blob = prog.get_info(cl.program_info.BINARIES)[0]
+    assert binary_kind(blob) == "pocl"
+    path = tmp_path / "montmul_L16.bin"
+    path.write_bytes(blob)
+    be = unifl.backend("fpga", binary=str(path), engines=3)
+    assert be.runtime.binary_kind == "pocl" and not be.runtime.launch_as_task
+    assert be.runtime.binary_sizes() == [16]
+    shapes = _record_launch_shapes(be, "montmul", 16)
+    m = _modulus(1024)
+    a, b = _operands(m, 9)
+    assert ints.mont_mul(be, a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    assert shapes and all(s == ((3,), (1,)) for s in shapes), shapes
+
+
+def _record_launch_shapes(be, name: str, limbs: int) -> list:
+    """Wrap the backend's kernel ``name_L<limbs>`` so each launch records (global, local)."""
+    real = be.runtime.kernel(name, limbs)
+    shapes: list = []
+
+    def launch(queue, gsz, lsz, *args):
+        shapes.append((tuple(gsz), None if lsz is None else tuple(lsz)))
+        return real(queue, gsz, lsz, *args)
+    be.runtime._kernels[(name, limbs)] = launch
+    return shapes
+
+
+@pytest.mark.parametrize("mode", ["montmul", "modexp"])
+def test_xclbin_is_launched_as_one_task(tmp_path, mode):
+    """An .xclbin's compute unit is launched with clEnqueueTask semantics (global = local = 1)
+    whatever ``engines`` says.  No XRT here: the PoCL binary stands in for the program, with the
+    runtime told it loaded an .xclbin, so the real launch path runs with the task shape -- and the
+    kernels, which stride over the rows by their global size, stay bit-exact with one work-item."""
+    _fpga()
+    from unifl.backends.fpga.runtime import compile_binary
+    path = tmp_path / "kernels.bin"
+    compile_binary(str(path))
+    be = unifl.backend("fpga", binary=str(path), engines=8, mode=mode, chunk=5)
+    be.runtime.binary_kind = "xclbin"
+    assert be.runtime.launch_as_task
+    kernel = "montmul" if mode == "montmul" else "mont_exp"
+    shapes = _record_launch_shapes(be, kernel, 16)
+    m = _modulus(1024)
+    a, b = _operands(m, 6)
+    if mode == "montmul":
+        assert ints.mont_mul(be, a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]
+    else:
+        assert ints.mod_exp(be, a, 65537, m) == [pow(x, 65537, m) for x in a]
+    assert len(shapes) == 3 and all(s == ((1,), (1,)) for s in shapes), shapes  # 12 rows, chunk 5

@@ -22,9 +22,11 @@ class FpgaOptions(BackendOptions):
         None, "substring of the OpenCL device name; null: env UNIFL_FPGA_DEVICE, else the "
               "platform's first device")
     binary: Optional[str] = option(
-        None, "a prebuilt .aocx / .xclbin / program binary with montmul_L<n> kernels; null "
-              "builds kernels/montmul.cl from source per limb count")
-    engines: int = option(16, "processing elements (work-items) per launch", ge=1)
+        None, "a prebuilt .aocx / .xclbin / program binary with montmul_L<n> kernels (its kind is "
+              "read from its magic and must suit the platform); null builds kernels/montmul.cl "
+              "from source per limb count")
+    engines: int = option(16, "processing elements (work-items) per launch; an .xclbin is "
+                              "launched as one task (clEnqueueTask) whatever this says", ge=1)
     mode: Optional[Literal["montmul", "modexp"]] = option(
         None, "montmul (only MontMult on the device, UniFL) or modexp (FLASH-style on-device "
               "exponentiation loop); null: env UNIFL_FPGA_MODE, else montmul")

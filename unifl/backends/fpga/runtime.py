@@ -9,7 +9,16 @@ Two ways to get a program, chosen by the ``binary`` option:
   ``-DL=<limbs>`` the first time a modulus of that limb count is seen, cached per limb count;
 * a prebuilt binary (``.aocx`` for Intel FPGA, ``.xclbin`` for Xilinx, or any program binary the
   device accepts), loaded with ``cl.Program(ctx, [device], [bytes])``: built offline from
-  ``kernels/all_sizes.cl``, it carries ``montmul_L<n>`` for a fixed list of limb counts.
+  ``kernels/all_sizes.cl`` (or an RTL kernel, ``rtl/xilinx``), it carries ``montmul_L<n>`` for a
+  fixed list of limb counts.  Its kind is read from its first bytes (:func:`binary_kind`) and
+  checked against the platform before the driver sees it, so a binary for the other vendor is
+  refused with both names.
+
+Launch shape: an NDRange of ``min(engines, rows)`` work-items (each strides over the rows) for a
+program built from source, a PoCL binary or an ``.aocx``; one work-item (``clEnqueueTask``: global
+and local size 1) for an ``.xclbin``.  XRT runs a kernel as one compute-unit task, AMD's Vitis guide
+recommends ``clEnqueueTask`` for a single compute unit, and an RTL kernel has no work-items at all:
+it takes ``n`` and walks every row itself, as the source kernels do when their global size is 1.
 
 Batches are cut in chunks that cycle through a ring of device buffer sets, one in-order command queue
 per slot, so the upload of chunk k+1 overlaps the kernel of chunk k and the download of chunk k-1
@@ -42,6 +51,49 @@ if TYPE_CHECKING:       # for annotations only: pyopencl itself is imported lazi
 KERNEL_DIR_PACKAGE = "unifl.backends.fpga"
 #: The stand-in we run on when no FPGA is present.
 POCL_NAMES = ("portable computing language", "pocl")
+
+
+#: First bytes of the program binaries this runtime tells apart (see :func:`binary_kind`).
+XCLBIN_MAGIC = b"xclbin2"          # AMD/Xilinx .xclbin (axlf container, XRT)
+ELF_MAGIC = b"\x7fELF"             # Intel FPGA .aocx (an ELF container); GPU code objects too
+POCL_MAGIC = b"poclbin"            # PoCL's own program binaries (what prog.binaries returns there)
+
+#: kind -> (what it is, for messages)
+BINARY_KINDS = {
+    "xclbin": "a Xilinx .xclbin (magic 'xclbin2')",
+    "elf": "an ELF program binary (an Intel FPGA .aocx, or a GPU code object)",
+    "pocl": "a PoCL program binary (magic 'poclbin')",
+    "unknown": "a binary of unknown kind: no xclbin2, ELF or poclbin magic",
+}
+
+
+def binary_kind(blob: bytes) -> str:
+    """``"xclbin"``, ``"elf"``, ``"pocl"`` or ``"unknown"``, from the first bytes of ``blob``."""
+    if blob.startswith(XCLBIN_MAGIC):
+        return "xclbin"
+    if blob.startswith(ELF_MAGIC):
+        return "elf"
+    if blob.startswith(POCL_MAGIC):
+        return "pocl"
+    return "unknown"
+
+
+def binary_mismatch(kind: str, platform_name: str) -> str | None:
+    """Why a binary of ``kind`` cannot load on the platform named ``platform_name`` (None: let the
+    driver decide).  Only pairs that can never work are refused here: an .xclbin off XRT, anything
+    but an .xclbin on XRT, a foreign binary on PoCL, a PoCL binary off PoCL."""
+    name = platform_name.lower()
+    xilinx = "xilinx" in name
+    pocl = any(s in name for s in POCL_NAMES)
+    if kind == "xclbin" and not xilinx:
+        return "an .xclbin loads only on XRT's OpenCL platform 'Xilinx'"
+    if xilinx and kind != "xclbin":
+        return "XRT's platform 'Xilinx' loads only .xclbin files (built with v++)"
+    if pocl and kind in ("elf", "xclbin"):
+        return "PoCL loads only its own program binaries (magic 'poclbin')"
+    if kind == "pocl" and not pocl:
+        return "a PoCL program binary loads only on PoCL"
+    return None
 
 
 class FpgaBuildError(BackendUnavailable):
@@ -156,6 +208,8 @@ class ClRuntime:
         # buffers between enqueue and read-back (seen as garbage results, not an error)
         self._lock = threading.RLock()
         self.binary_path = binary
+        #: kind of the loaded prebuilt binary (:func:`binary_kind`); None: built from source
+        self.binary_kind: str | None = None
         self._programs: dict[int, pyopencl.Program] = {}
         self._binary_program: pyopencl.Program | None = None
         self._kernels: dict[tuple[str, int], pyopencl.Kernel] = {}
@@ -179,6 +233,14 @@ class ClRuntime:
                 blob = fh.read()
         except OSError as exc:
             raise FpgaBuildError(f"fpga.binary {path!r} cannot be read: {exc}") from exc
+        kind = binary_kind(blob)
+        what = BINARY_KINDS[kind]
+        why = binary_mismatch(kind, self.platform.name)
+        if why is not None:
+            raise FpgaBuildError(
+                f"fpga.binary {path!r} is {what}, but the selected OpenCL platform is "
+                f"{self.platform.name.strip()!r} (device {self.device.name.strip()!r}): {why}; "
+                "choose the matching platform with fpga: {platform: ...} or another binary")
         prog: pyopencl.Program | None = None
         try:
             prog = cl.Program(self.ctx, [self.device], [blob])
@@ -186,9 +248,15 @@ class ClRuntime:
         except cl.Error as exc:
             log = self._build_log(prog) if prog is not None else ""
             raise FpgaBuildError(
-                f"fpga.binary {path!r} was rejected by {self.describe()}: {exc}"
+                f"fpga.binary {path!r} ({what}) was rejected by {self.describe()}: {exc}"
                 + (f"\n--- build log ---\n{log}" if log else "")) from exc
+        self.binary_kind = kind
         return prog
+
+    @property
+    def launch_as_task(self) -> bool:
+        """One work-item per launch (clEnqueueTask): an .xclbin's compute unit (HLS or RTL)."""
+        return self.binary_kind == "xclbin"
 
     def binary_sizes(self) -> list[int]:
         """Limb counts the loaded prebuilt binary carries (from its kernel names)."""
@@ -224,10 +292,12 @@ class ClRuntime:
                 k = getattr(prog, full)
             except (AttributeError, self.cl.Error) as exc:
                 have = self.binary_sizes()
+                fix = (f"add L={limbs} to all_sizes.cl and rebuild it" if limbs not in have else
+                       f"it carries other kernels of that size but not {name} (an RTL kernel "
+                       "binary has montmul_L<n> only: use fpga mode montmul)")
                 raise FpgaBuildError(
                     f"kernel {full} ({64 * limbs}-bit moduli) is not in fpga.binary "
-                    f"{self.binary_path!r}, which carries limb counts {have}; add L={limbs} to "
-                    "all_sizes.cl and rebuild it") from exc
+                    f"{self.binary_path!r}, which carries limb counts {have}; {fix}") from exc
             self._kernels[key] = k
         return k
 
@@ -258,6 +328,9 @@ class ClRuntime:
         return cur[0]
 
     def _global(self, rows: int) -> tuple[tuple[int], tuple[int] | None]:
+        if self.launch_as_task:
+            # clEnqueueTask semantics: global = local = 1; the compute unit walks all rows itself
+            return (1,), (1,)
         g = min(self.engines, rows)
         if self.local_size:
             ls = max(1, min(int(self.local_size), g))
