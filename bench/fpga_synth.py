@@ -472,6 +472,49 @@ def synthesize(family: str, bits: int, keep: Path | None = None,
     return res
 
 
+def gate_netlist(bits: int, out: Path, flow: str = "generic", yosys: str | None = None) -> Path:
+    """Synthesize the engine at ``bits`` (W = 64) and write the gate-level netlist to ``out``
+    (``write_verilog -noattr``) for simulation against the RTL's testbench.
+
+    ``flow``: "generic" -- yosys's technology-independent ``synth -flatten``; the netlist is made
+    of yosys's gate cells and simulates with ``simcells.v`` (``gate_sim_library``).  "xcup-nodsp"
+    -- the UltraScale+ mapping (LUTs, CARRY4, FDRE, RAM32M16/RAM64M8, SRL16E) with multipliers in
+    LUTs, simulated with yosys's ``xilinx/cells_sim.v``: yosys 0.23 ships no DSP48E2 simulation
+    model, so the DSP-mapped netlist itself cannot be simulated here."""
+    exe = yosys or yosys_path()
+    if exe is None:
+        raise FileNotFoundError("yosys not installed (apt-get install -y yosys)")
+    if bits % W:
+        raise ValueError(f"bits must be a multiple of {W}")
+    synth_cmd = {"generic": f"synth -flatten -top {TOP}",
+                 "xcup-nodsp": f"synth_xilinx -family xcup -noiopad -noclkbuf -flatten -nodsp "
+                               f"-top {TOP}"}
+    if flow not in synth_cmd:
+        raise ValueError(f"unknown flow {flow!r}: {sorted(synth_cmd)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    script = "; ".join(["read_verilog " + " ".join(str(f) for f in RTL),
+                        f"chparam -set W {W} -set D {bits // W} {TOP}",
+                        synth_cmd[flow], f"rename -top {TOP}",
+                        f"write_verilog -noattr {out}"])
+    proc = subprocess.run([exe, "-q", "-p", script], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"yosys failed ({proc.returncode}) writing the {flow} netlist at "
+                           f"{bits} bits:\n{proc.stderr[-3000:]}")
+    return out
+
+
+def gate_sim_library(flow: str = "generic", yosys: str | None = None) -> Path:
+    """The cell library a ``gate_netlist`` of ``flow`` simulates with (from yosys's share dir)."""
+    exe = yosys or yosys_path()
+    if exe is None:
+        raise FileNotFoundError("yosys not installed (apt-get install -y yosys)")
+    share = Path(exe).resolve().parent.parent / "share" / "yosys"
+    lib = share / ("simcells.v" if flow == "generic" else "xilinx/cells_sim.v")
+    if not lib.exists():
+        raise FileNotFoundError(f"{lib} not found (yosys share directory)")
+    return lib
+
+
 # ---- output --------------------------------------------------------------------------------------
 def table(results: list[dict[str, Any]]) -> str:
     head = ("| family | bits | DSP | LUT | FF | carry | BRAM | LUTRAM | latches | reg→reg path "

@@ -13,57 +13,27 @@ Skips (with the reason) when iverilog or cocotb is missing; CI installs both.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RTL = ROOT / "rtl"
-ENGINE = [RTL / "unifl_mm_parts.v", RTL / "unifl_mm_engine.v"]
+from .rtl_sim import CLUSTER_SOURCES, ENGINE_SOURCES, RTL, ROOT, engine_interval, icarus_runner
+
 
 # (bits, word width W, random vectors for the main random modulus) -- sized for CI on 2 cores;
 # the handshake tests (stalls, reset, modulus rules) do not depend on the size and run at the
-# small sizes only, the large ones stream the vectors of two moduli (Icarus: ~2k cycles/s here)
+# small sizes only; 1024 bits streams the vectors of two moduli, 2048 bits of one (the random
+# modulus: edge operands and a random pair; Icarus runs the 2048-bit engine at ~1k cycles/s here)
 SIZES = [(256, 64, 60), (256, 32, 30), (512, 64, 20), (1024, 64, 6), (2048, 64, 1)]
 FULL_UP_TO = 512
-
-
-def _runner():
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog not installed (apt-get install -y iverilog)")
-    try:
-        from cocotb_tools.runner import get_runner
-    except ImportError:
-        pytest.skip("cocotb not installed (pip install cocotb==2.1.0)")
-    return get_runner("icarus")
-
-
-def _load_estimate() -> Any:
-    """bench/fpga_estimate.py, whose interval formula the docs' estimates use (loaded by path:
-    bench is no package)."""
-    name = "unifl_bench_fpga_estimate"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "fpga_estimate.py")
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-expected_interval = _load_estimate().interval_cycles
 
 
 def _simulate(tmp_path: Path, top: str, sources: list[Path], parameters: dict[str, int],
               bits: int, nvec: int) -> dict:
     full = bits <= FULL_UP_TO
-    runner = _runner()
+    runner = icarus_runner()
     build = tmp_path / "sim_build"
     runner.build(sources=sources, hdl_toplevel=top, parameters=parameters, build_dir=build,
                  timescale=("1ns", "1ps"))
@@ -72,7 +42,7 @@ def _simulate(tmp_path: Path, top: str, sources: list[Path], parameters: dict[st
                       build_dir=build, results_xml=str(tmp_path / "results.xml"),
                       testcase=None if full else ["vectors_back_to_back"],
                       extra_env={"UNIFL_TB_BITS": str(bits), "UNIFL_TB_VECTORS": str(nvec),
-                                 "UNIFL_TB_MODULI": "4" if full else "2",
+                                 "UNIFL_TB_MODULI": "4" if full else "2" if bits <= 1024 else "1",
                                  "UNIFL_TB_RESULT": str(result),
                                  "PYTHONPATH": os.pathsep.join([str(RTL / "tb"), str(ROOT)])})
     from cocotb_tools.runner import get_results
@@ -85,11 +55,11 @@ def _simulate(tmp_path: Path, top: str, sources: list[Path], parameters: dict[st
 @pytest.mark.parametrize("bits,w,nvec", SIZES)
 def test_rtl_engine_bit_exact(bits: int, w: int, nvec: int, tmp_path: Path) -> None:
     d = bits // w
-    rep = _simulate(tmp_path, "unifl_mm_engine", ENGINE, {"W": w, "D": d}, bits, nvec)
+    rep = _simulate(tmp_path, "unifl_mm_engine", ENGINE_SOURCES, {"W": w, "D": d}, bits, nvec)
     assert rep["vectors"] >= nvec
     # back to back, one MontMult starts every `interval` cycles, the same for every vector
     # (constant time); the operands of the next one load while this one computes
-    assert rep["interval"] == [expected_interval(d, w)], rep
+    assert rep["interval"] == [engine_interval(d, w)], rep
     print(f"\nRTL engine {bits}-bit (W={w}): {rep['vectors']} vectors bit-exact, latency "
           f"{rep['latency']} cycles, one MontMult every {rep['interval'][0]} cycles")
 
@@ -98,9 +68,9 @@ def test_rtl_cluster_bit_exact(tmp_path: Path) -> None:
     """Three engines (not a power of two) behind one port set: results in input order, a
     MontMult accepted every interval/3 cycles, the modulus broadcast once."""
     d = 4
-    rep = _simulate(tmp_path, "unifl_mm_cluster", ENGINE + [RTL / "unifl_mm_cluster.v"],
+    rep = _simulate(tmp_path, "unifl_mm_cluster", CLUSTER_SOURCES,
                     {"W": 64, "D": d, "N": 3}, 256, 60)
-    iv = expected_interval(d)
+    iv = engine_interval(d)
     # in steady state the three engines overlap: three results per engine interval
     assert rep["mean_interval"] <= iv / 3 + 1, rep
     print(f"\nRTL cluster of 3 x 256-bit engines: {rep['vectors']} vectors bit-exact, one "

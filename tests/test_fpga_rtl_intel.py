@@ -12,35 +12,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RTL = ROOT / "rtl"
+from .rtl_sim import CLUSTER_SOURCES, RTL, ROOT, engine_interval, icarus_runner
+
 LIB = RTL / "ocl_lib"
 D = 16
-ENGINE_II = D * max(D, 17)      # cycles between MontMult starts on one engine (iface contract)
-
-
-def _runner():
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog not installed (apt-get install -y iverilog)")
-    try:
-        from cocotb_tools.runner import get_runner
-    except ImportError:
-        pytest.skip("cocotb not installed (pip install cocotb==2.1.0)")
-    return get_runner("icarus")
+ENGINE_II = engine_interval(D)  # cycles between MontMult starts on one engine
 
 
 def _sources() -> list[Path]:
-    engine = [RTL / "unifl_mm_parts.v", RTL / "unifl_mm_engine.v", RTL / "unifl_mm_cluster.v"]
-    missing = [p.name for p in engine[1:] if not p.exists()]
-    if missing:
-        pytest.fail(f"engine sources missing: {missing}")
-    return [p for p in engine if p.exists()] + [LIB / "unifl_mm1024_ocl.v"]
+    return CLUSTER_SOURCES + [LIB / "unifl_mm1024_ocl.v"]
 
 
 def _spec(name: str) -> dict:
@@ -58,7 +43,7 @@ def _spec(name: str) -> dict:
 
 
 def _simulate(tmp_path: Path, n: int, fixed: bool, nvec: int, tests: list[str] | None) -> dict:
-    runner = _runner()
+    runner = icarus_runner()
     top = "unifl_mm1024_ocl_fixed" if fixed else "unifl_mm1024_ocl"
     build = tmp_path / "sim_build"
     runner.build(sources=_sources(), hdl_toplevel=top, parameters={"N": n}, build_dir=build,

@@ -10,48 +10,20 @@ iverilog or cocotb is missing; CI installs both.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RTL = ROOT / "rtl"
-SOURCES = [RTL / "unifl_mm_parts.v", RTL / "unifl_mm_engine.v", RTL / "unifl_mm_cluster.v",
-           RTL / "xilinx" / "montmul_kernel.v"]
+from .rtl_sim import CLUSTER_SOURCES, RTL, ROOT, engine_interval, icarus_runner
 
-
-def _engine_interval(d: int) -> int:
-    """Cycles between back-to-back MontMult starts of one engine: bench/fpga_estimate.py's formula,
-    which tests/test_fpga_rtl.py checks against the engine itself (loaded by path: bench is no
-    package)."""
-    name = "unifl_bench_fpga_estimate"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "fpga_estimate.py")
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name].interval_cycles(d)
-
-
-def _runner():
-    if shutil.which("iverilog") is None:
-        pytest.skip("iverilog not installed (apt-get install -y iverilog)")
-    try:
-        from cocotb_tools.runner import get_runner
-    except ImportError:
-        pytest.skip("cocotb not installed (pip install cocotb==2.1.0)")
-    return get_runner("icarus")
+SOURCES = CLUSTER_SOURCES + [RTL / "xilinx" / "montmul_kernel.v"]
 
 
 def _simulate(tmp_path: Path, top: str, engines: int, env: dict[str, str],
               testcase: list[str] | None = None) -> tuple[int, dict]:
-    runner = _runner()
+    runner = icarus_runner()
     build = tmp_path / "sim_build"
     # the engine's helper modules live in their own file when the engine has one
     runner.build(sources=[p for p in SOURCES if p.exists()], hdl_toplevel=top,
@@ -80,7 +52,7 @@ def test_vitis_kernel_1024_four_engines(tmp_path: Path) -> None:
     # the cluster's own rate: N engines, each starting a MontMult every `interval` cycles; the AXI
     # wrapper (64-bit port: 32 read beats and 16 write beats a row) must not be what limits 4
     # engines at 1024 bits once the first wave is out
-    bound = 1000.0 * tp["engines"] / _engine_interval(16)
+    bound = 1000.0 * tp["engines"] / engine_interval(16)
     assert tp["steady_rows_per_1000_cycles"] >= 0.97 * bound, (tp, bound)
     print(f"\nVitis RTL kernel, 1024-bit, N={tp['engines']}: {tp['rows']} rows in {tp['cycles']} "
           f"cycles = {tp['rows_per_1000_cycles']} rows / 1000 cycles end to end, "

@@ -13,32 +13,20 @@ The walk itself is also checked on a hand-made netlist, without yosys.
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .rtl_sim import ROOT, bench_module, engine_interval, icarus_runner
 
 
-def _load_bench() -> Any:
-    """bench/fpga_synth.py (bench is no package: loaded by path, registered so its dataclasses
-    resolve their module)."""
-    name = "unifl_bench_fpga_synth"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "fpga_synth.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-synth = _load_bench()
+synth = bench_module("fpga_synth")
 
 # Measured here with Debian's yosys 0.23 (0.23-6) on the engine as it stands; update them (and
 # docs/fpga.md) when the engine changes.
@@ -176,3 +164,40 @@ def test_walk_reports_a_logic_loop() -> None:
     }
     r = synth.walk({"modules": {synth.TOP: {"cells": cells}}}, synth.FAMILIES["xcup"])
     assert r["logic_loops"] == 1
+
+
+# ---- gate-level simulation: the synthesized netlist against the RTL's own testbench -----------
+def _gate_level(bits: int, flow: str, nvec: int, tmp_path: Path) -> dict[str, Any]:
+    runner = icarus_runner()
+    from cocotb_tools.runner import get_results
+    netlist = synth.gate_netlist(bits, tmp_path / f"{flow}_{bits}.v", flow=flow)
+    build = tmp_path / "sim_build"
+    runner.build(sources=[netlist, synth.gate_sim_library(flow)], hdl_toplevel=synth.TOP,
+                 build_dir=build, timescale=("1ns", "1ps"), build_args=["-g2012"])
+    result = tmp_path / "timing.json"
+    rtl = ROOT / "rtl"
+    xml = runner.test(hdl_toplevel=synth.TOP, test_module="test_mm_engine", test_dir=rtl / "tb",
+                      build_dir=build, results_xml=str(tmp_path / "results.xml"),
+                      testcase=["vectors_back_to_back"],
+                      extra_env={"UNIFL_TB_BITS": str(bits), "UNIFL_TB_VECTORS": str(nvec),
+                                 "UNIFL_TB_MODULI": "1", "UNIFL_TB_W": str(synth.W),
+                                 "UNIFL_TB_D": str(bits // synth.W),
+                                 "UNIFL_TB_RESULT": str(result),
+                                 "PYTHONPATH": os.pathsep.join([str(rtl / "tb"), str(ROOT)])})
+    total, failed = get_results(xml)
+    assert total == 1 and failed == 0, "the gate-level netlist disagrees with the reference"
+    return json.loads(result.read_text())
+
+
+@needs_yosys
+@pytest.mark.slow
+@pytest.mark.parametrize("bits,flow", [(256, "generic"), (256, "xcup-nodsp"), (1024, "generic"),
+                                       (2048, "generic")])
+def test_gate_level_netlist_bit_exact(bits: int, flow: str, tmp_path: Path) -> None:
+    """yosys's gate-level netlist of the engine runs the RTL testbench's edge and random vectors
+    bit-exactly, with the RTL's timing (the interval is a property of the netlist too).  Slow
+    (Icarus runs the gate netlist at ~10 cycles/s: minutes per size), so in `make test-full`."""
+    rep = _gate_level(bits, flow, 1 if bits > 256 else 10, tmp_path)
+    assert rep["interval"] == [engine_interval(bits // 64)], rep
+    print(f"\ngate-level ({flow}) {bits}-bit: {rep['vectors']} vectors bit-exact, "
+          f"interval {rep['interval'][0]} cycles")

@@ -6,7 +6,8 @@ interval of back-to-back ones.
 Driven by tests/test_fpga_rtl.py through cocotb_tools.runner; parameters arrive in the environment:
 UNIFL_TB_BITS (modulus size), UNIFL_TB_VECTORS (random vectors for the main modulus), UNIFL_TB_MODULI
 (how many of the four moduli: all ones, 2^(bits-1)+1, random, dense low word -- the random one is
-always among them), UNIFL_TB_RESULT (a JSON file the timings are written to).  Vectors come from ``secrets``; a mismatch prints the
+always among them), UNIFL_TB_RESULT (a JSON file the timings are written to), and for a gate-level
+netlist, which has no parameters left, UNIFL_TB_W and UNIFL_TB_D.  Vectors come from ``secrets``; a mismatch prints the
 operands.  Signals are sampled at falling edges and driven right after rising edges.
 """
 
@@ -24,22 +25,9 @@ from cocotb.triggers import FallingEdge, RisingEdge
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
 
+from mm_vectors import edge_pairs, moduli, random_modulus  # noqa: E402
+
 CLK_NS = 10
-
-
-def moduli(bits: int) -> list[int]:
-    """Edge moduli (all ones, 2^(bits-1)+1, a dense low word) and a random one, all odd, full size."""
-    return [
-        (1 << bits) - 1,
-        (1 << (bits - 1)) + 1,
-        (1 << (bits - 1)) | secrets.randbits(bits - 1) | 1,
-        (1 << (bits - 1)) | ((1 << 64) - 1) | 1,
-    ]
-
-
-def edge_pairs(m: int) -> list[tuple[int, int]]:
-    return [(0, 0), (0, m - 1), (1, 1), (1, m - 1), (m - 1, m - 1), (m - 2, m - 1),
-            ((1 << 64) - 1, m - 1), (m >> 1, m - 1), (m - 1, 2)]
 
 
 class Bench:
@@ -47,8 +35,9 @@ class Bench:
 
     def __init__(self, dut) -> None:
         self.dut = dut
-        self.w = int(dut.W.value)
-        self.d = int(dut.D.value)
+        # a synthesized netlist has no parameters left: the runner passes them in the environment
+        self.w = int(os.environ["UNIFL_TB_W"]) if "UNIFL_TB_W" in os.environ else int(dut.W.value)
+        self.d = int(os.environ["UNIFL_TB_D"]) if "UNIFL_TB_D" in os.environ else int(dut.D.value)
         self.mask = (1 << self.w) - 1
         self.cycle = 0
         self.accepted: list[int] = []      # cycle at which each operand's last beat was taken
@@ -164,13 +153,11 @@ async def vectors_back_to_back(dut):
     assert tb.w * tb.d == 64 * (-(-bits // 64)) and 64 % tb.w == 0, (tb.w, tb.d, bits)
     await tb.start()
     # a lone MontMult: latency from its last operand beat to its first result beat
-    m = (1 << (bits - 1)) | secrets.randbits(bits - 1) | 1
+    m = random_modulus(bits)
     await tb.run(m, [(secrets.randbelow(m), secrets.randbelow(m))])
     latency = tb.first_out[0] - tb.accepted[0]
     checked = 1
-    mods = moduli(bits)
-    mods = [mods[2]] + [m for k, m in enumerate(mods) if k != 2]   # the random one first
-    mods = mods[:max(1, int(os.environ.get("UNIFL_TB_MODULI", "4")))]
+    mods = moduli(bits)[:max(1, int(os.environ.get("UNIFL_TB_MODULI", "4")))]
     for mi, m in enumerate(mods):
         tb.accepted.clear()
         tb.first_out.clear()
@@ -200,7 +187,7 @@ async def stalls_and_gaps(dut):
     await tb.start()
     tb.out_stall, tb.in_gap = 0.3, 0.2
     for _ in range(2):
-        m = (1 << (bits - 1)) | secrets.randbits(bits - 1) | 1
+        m = random_modulus(bits)
         pairs = edge_pairs(m)[:4] + [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(6)]
         await tb.run(m, pairs)
 
@@ -228,7 +215,7 @@ async def reset_and_cfg_rules(dut):
         assert int(dut.cfg_ready.value) and int(dut.idle.value)
     dut.in_valid.value = 0
     await RisingEdge(dut.clk)
-    m = (1 << (bits - 1)) | secrets.randbits(bits - 1) | 1
+    m = random_modulus(bits)
     await tb.configure(m)
     a, b = secrets.randbelow(m), secrets.randbelow(m)
     sender = cocotb.start_soon(tb.send([(a, b)]))

@@ -16,7 +16,6 @@ Every result is checked bit-exactly against unifl.core.montgomery.mont_mul_ref; 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import sys
@@ -30,44 +29,13 @@ from cocotb.triggers import FallingEdge, RisingEdge
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
 
+from mm_vectors import edge_pairs, moduli, random_modulus, record  # noqa: E402
+
 CLK_NS = 10
 BITS = 1024
 D = 16                      # 64-bit words per operand
 RESET_CYCLES = 50           # Intel: the kernel reset stays asserted at least 50 cycles
 INTEL_RESET_BOUND = 40      # Intel: a stallable module drops oready/ovalid within 40 cycles
-
-
-def _moduli() -> list[int]:
-    """Edge moduli (all ones, 2^1023+1, dense low word / sparse middle) and a random one."""
-    return [
-        (1 << BITS) - 1,
-        (1 << (BITS - 1)) + 1,
-        (1 << (BITS - 1)) | secrets.randbits(BITS - 1) | 1,
-        (1 << (BITS - 1)) | ((1 << 64) - 1) | 1,
-    ]
-
-
-def _edge_pairs(m: int) -> list[tuple[int, int]]:
-    return [(0, 0), (0, m - 1), (1, 1), (1, m - 1), (m - 1, m - 1), (m - 2, m - 1),
-            ((1 << 64) - 1, m - 1), (m >> 1, m - 1), (m - 1, 2)]
-
-
-def _random_modulus() -> int:
-    return (1 << (BITS - 1)) | secrets.randbits(BITS - 1) | 1
-
-
-def _record(key: str, value: object) -> None:
-    """Merge one measurement into the JSON file the pytest driver reads."""
-    path = os.environ.get("UNIFL_TB_RESULT")
-    if not path:
-        return
-    data = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    data[key] = value
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
 
 
 def _bit(sig) -> int:
@@ -238,16 +206,16 @@ async def ocl_vectors(dut):
     await h.start()
     nvec = int(os.environ.get("UNIFL_TB_VECTORS", "4"))
     calls = []
-    for mi, m in enumerate(_moduli()):
-        pairs = _edge_pairs(m) + [(secrets.randbelow(m), secrets.randbelow(m))
-                                  for _ in range(nvec if mi == 2 else max(1, nvec // 6))]
+    for mi, m in enumerate(moduli(BITS)):
+        pairs = edge_pairs(m) + [(secrets.randbelow(m), secrets.randbelow(m))
+                                  for _ in range(nvec if mi == 0 else max(1, nvec // 6))]
         calls += [(a, b, m) for a, b in pairs]
     sender = cocotb.start_soon(h.stream(calls, gap=lambda: secrets.randbelow(3)))
     await h.wait_outputs(len(calls), len(calls) * _max_call_cycles(n))
     await sender
     h.check(calls)
     dut._log.info("N=%d fixed=%s: %d calls bit-exact over 4 moduli, in order", n, fixed, len(calls))
-    _record("vectors", len(calls))
+    record("vectors", len(calls))
 
 
 @cocotb.test()
@@ -259,7 +227,7 @@ async def ocl_reset_rule(dut):
     n, fixed = _variant(dut)
     dut.ivalid.value = 1            # an eager upstream offering a call through the whole reset
     h = Harness(dut)
-    m = _random_modulus()
+    m = random_modulus(BITS)
     a, b = secrets.randbelow(m), secrets.randbelow(m)
     dut.a.value, dut.b.value, dut.m.value = a, b, m
     dut.n0.value = mont_context(m).n0inv
@@ -311,7 +279,7 @@ async def ocl_reset_rule(dut):
     await h.send(a2, b2, m)
     await h.wait_outputs(n_before + 1, _max_call_cycles(n))
     assert h.outputs[-1].value == mont_mul_ref(a2, b2, m), "first call after a mid-work reset"
-    _record("reset", {"first_oready_after_release": first_oready, "reset_cycles": RESET_CYCLES,
+    record("reset", {"first_oready_after_release": first_oready, "reset_cycles": RESET_CYCLES,
                       "mid_work_reset_at_cycle": fall,
                       "samples_high_into_reset": h.high_in_reset})
 
@@ -324,7 +292,7 @@ async def ocl_modulus_alternation(dut):
     n, fixed = _variant(dut)
     h = Harness(dut, ready=lambda: 1)
     await h.start()
-    m1, m2 = _random_modulus(), _random_modulus()
+    m1, m2 = random_modulus(BITS), random_modulus(BITS)
     m_top = m1 ^ (1 << (BITS - 3))          # differs in word 15 only
     m_low = m1 ^ (1 << 1)                   # differs in word 0 only (stays odd)
     seq = [m1, m2, m1, m_top, m1, m_low, m_low, m2]
@@ -338,7 +306,7 @@ async def ocl_modulus_alternation(dut):
                   alt_accept, sorted(set(lat)))
     if fixed:
         assert len(set(lat)) == 1, f"fixed-latency variant: latencies {sorted(set(lat))}"
-    _record("alternation", {"calls": len(calls), "accept_interval": sorted(set(alt_accept)),
+    record("alternation", {"calls": len(calls), "accept_interval": sorted(set(alt_accept)),
                             "latencies": sorted(set(lat)), "cycles": h.cycle - t0})
 
 
@@ -350,7 +318,7 @@ async def ocl_throughput(dut):
     n, fixed = _variant(dut)
     h = Harness(dut, ready=lambda: 1)
     await h.start()
-    m = _random_modulus()
+    m = random_modulus(BITS)
     ii_e = D * max(D, 17)
     # enough calls to fill every buffer (the fixed variant holds N calls, the stallable one at most
     # 4 per engine + 1) and then run 2 round-robin periods at the engines' rate, over which the rate
@@ -402,7 +370,7 @@ async def ocl_throughput(dut):
     dut._log.info("capacity (calls inside while the downstream stalls): %d", capacity)
     if fixed:
         assert capacity == n, f"fixed-latency variant admits N={n} calls, measured {capacity}"
-    _record("throughput", {"N": n, "fixed": fixed, "calls": count + capacity + 1,
+    record("throughput", {"N": n, "fixed": fixed, "calls": count + capacity + 1,
                            "accepted_per_1000_cycles": per_1000,
                            "steady_intervals": steady,
                            "latencies": sorted(set(lat)), "capacity": capacity})

@@ -18,7 +18,6 @@ environment: UNIFL_TB_BITS (1024 or 2048), UNIFL_TB_ROWS (random rows per modulu
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import sys
@@ -32,9 +31,10 @@ from cocotb.triggers import FallingEdge, RisingEdge
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
 
+from mm_vectors import MASK64, edge_pairs, moduli, record  # noqa: E402
+
 CLK_NS = 10
 WORD = 8
-MASK64 = (1 << 64) - 1
 # register map (kernel.xml declares the same offsets)
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 ARG_A, ARG_B, ARG_OUT, ARG_CONSTS, ARG_N0, ARG_N = 0x10, 0x18, 0x20, 0x28, 0x30, 0x38
@@ -346,32 +346,6 @@ async def run_kernel(dut, mem: AxiMemory, lite: AxiLiteMaster, cycles: Cycles, m
     return elapsed
 
 
-def _moduli(bits: int) -> list[int]:
-    """The moduli of rtl/tb/test_unifl_montmul.py: random, all ones, 2^(bits-1)+1, a dense low
-    word over a sparse middle; all odd, full size."""
-    return [(1 << (bits - 1)) | secrets.randbits(bits - 1) | 1, (1 << bits) - 1,
-            (1 << (bits - 1)) + 1, (1 << (bits - 1)) | MASK64 | 1]
-
-
-def _edge_pairs(m: int) -> list[tuple[int, int]]:
-    return [(0, 0), (0, m - 1), (1, 1), (1, m - 1), (m - 1, m - 1), (m - 2, m - 1),
-            (MASK64, m - 1), (m >> 1, m - 1), (m - 1, 2)]
-
-
-def _report(key: str, value) -> None:
-    out = os.environ.get("UNIFL_TB_RESULT")
-    if not out:
-        return
-    rep = {}
-    if os.path.exists(out):
-        with open(out, encoding="utf-8") as fh:
-            rep = json.load(fh)
-    rep[key] = value
-    with open(out, "w", encoding="utf-8") as fh:
-        json.dump(rep, fh)
-
-
-# ---------------------------------------------------------------------------- tests
 @cocotb.test(timeout_time=5, timeout_unit="ms")
 async def edge_moduli_and_operands(dut):
     """UNIFL_TB_MODULI moduli (all four by default), each one launch of the edge pairs plus random rows (a row count that is not a
@@ -381,22 +355,22 @@ async def edge_moduli_and_operands(dut):
     mem, lite, cycles = await _setup(dut)
     engines = int(dut.N.value)
     checked = 0
-    moduli = _moduli(bits)[:int(os.environ.get("UNIFL_TB_MODULI", "4"))]
-    for m in moduli:
-        pairs = _edge_pairs(m) + [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(extra)]
+    mods = moduli(bits)[:int(os.environ.get("UNIFL_TB_MODULI", "4"))]
+    for m in mods:
+        pairs = edge_pairs(m) + [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(extra)]
         if len(pairs) % engines == 0:
             pairs.append((secrets.randbelow(m), secrets.randbelow(m)))
         await run_kernel(dut, mem, lite, cycles, m, pairs)
         checked += len(pairs)
-    m = moduli[0]
+    m = mods[0]
     await run_kernel(dut, mem, lite, cycles, m, [(secrets.randbelow(m), secrets.randbelow(m))])
     # n = 0: done at once, no memory traffic
     before = dict(mem.stats)
     elapsed = await run_kernel(dut, mem, lite, cycles, m, [])
     assert mem.stats == before and elapsed < 40, (mem.stats, before, elapsed)
     dut._log.info("bits=%d N=%d: %d rows bit-exact over %d launches; bursts %s", bits, engines,
-                  checked + 1, len(moduli) + 2, mem.stats)
-    _report("rows_checked", checked + 1)
+                  checked + 1, len(mods) + 2, mem.stats)
+    record("rows_checked", checked + 1)
 
 
 @cocotb.test(timeout_time=5, timeout_unit="ms")
@@ -405,7 +379,7 @@ async def random_backpressure(dut):
     buffers straddle 4 KiB pages and the run is longer than one 256-beat burst."""
     d = _words_per_row()
     mem, lite, cycles = await _setup(dut, stall=35)
-    m = _moduli(d * 64)[0]
+    m = moduli(d * 64)[0]
     n = 256 // d + 2                                  # > 256 words per buffer: several bursts
     pairs = [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(n - 2)] + \
         [(m - 1, m - 1), (0, m - 1)]
@@ -414,7 +388,7 @@ async def random_backpressure(dut):
     assert mem.stats["max_len"] == 256, mem.stats     # the 256-beat cap was reached
     assert mem.stats["page_cuts"] > 0, mem.stats      # and bursts were cut at a page end
     dut._log.info("back-pressure: %d rows bit-exact; bursts %s", n, mem.stats)
-    _report("backpressure_rows", n)
+    record("backpressure_rows", n)
 
 
 @cocotb.test(timeout_time=5, timeout_unit="ms")
@@ -427,7 +401,7 @@ async def control_and_interrupt(dut):
     assert int(dut.interrupt.value) == 0
     await lite.write(GIE, 1)
     await lite.write(IER, 1)
-    m = _moduli(d * 64)[0]
+    m = moduli(d * 64)[0]
     pairs = [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(2)]
     await run_kernel(dut, mem, lite, cycles, m, pairs)
     assert int(dut.interrupt.value) == 1, "interrupt not raised on ap_done with GIE and IER set"
@@ -437,7 +411,7 @@ async def control_and_interrupt(dut):
     assert int(dut.interrupt.value) == 0 and (await lite.read(ISR)) == 0
     await lite.write(GIE, 0)
     # second start, another modulus, interrupts off
-    m2 = _moduli(d * 64)[1]
+    m2 = moduli(d * 64)[1]
     await run_kernel(dut, mem, lite, cycles, m2, [(m2 - 1, m2 - 2), (3, m2 - 1), (1, 1)])
     assert int(dut.interrupt.value) == 0 and (await lite.read(ISR)) & 1, \
         "ISR set on done (IER) but the line must stay low with GIE off"
@@ -460,7 +434,7 @@ async def throughput(dut):
     d = _words_per_row()
     mem, lite, cycles = await _setup(dut)
     engines = int(dut.N.value)
-    m = _moduli(d * 64)[0]
+    m = moduli(d * 64)[0]
     n = int(os.environ.get("UNIFL_TB_THROUGHPUT_ROWS", str(6 * engines)))
     pairs = [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(n)]
     times: list[int] = []
@@ -473,6 +447,6 @@ async def throughput(dut):
     steady = 1000.0 * (n - 1 - first) / (times[-1] - times[first])
     dut._log.info("throughput: %d rows of %d bits in %d cycles at N=%d: %.2f rows / 1000 cycles "
                   "end to end, %.2f steady", n, d * 64, elapsed, engines, rate, steady)
-    _report("throughput", {"rows": n, "cycles": elapsed, "engines": engines,
+    record("throughput", {"rows": n, "cycles": elapsed, "engines": engines,
                            "rows_per_1000_cycles": round(rate, 3),
                            "steady_rows_per_1000_cycles": round(steady, 3)})
