@@ -30,6 +30,8 @@ pytestmark = pytest.mark.skipif(not registry.probe("qat").available,
 
 from unifl.backends.qat import runtime  # noqa: E402
 
+from .qat_sim import simulator_backends  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -38,16 +40,7 @@ def sim(monkeypatch):
     """A factory of qat backends on a fresh simulator session configured by UNIFL_QAT_SIM_* env."""
     if runtime.find_real_library():
         pytest.skip("a real libqat is installed: these cases play the simulator")
-    runtime.close()
-
-    def make(env: dict | None = None, **opts):
-        runtime.close()
-        for k, v in (env or {}).items():
-            monkeypatch.setenv(k, str(v))
-        return unifl.backend("qat", library="simulator", **opts)
-
-    yield make
-    runtime.close()
+    yield from simulator_backends(monkeypatch)
 
 
 def _batch(bits: int, n: int):

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.skipif(not registry.probe("qat").available,
                                 reason=f"qat unavailable: {registry.probe('qat').reason}")
 
 from unifl.backends.qat import runtime  # noqa: E402
+
+from .qat_sim import simulator_backends  # noqa: E402
 from unifl.backends.qat import pipeline  # noqa: E402
 
 from .conftest import paillier_keypair  # noqa: E402
@@ -30,16 +32,7 @@ from .conftest import paillier_keypair  # noqa: E402
 @pytest.fixture
 def sim(monkeypatch):
     """A factory of qat backends on a fresh simulator session configured by UNIFL_QAT_SIM_* env."""
-    runtime.close()
-
-    def make(env: dict | None = None, **opts):
-        runtime.close()
-        for k, v in (env or {}).items():
-            monkeypatch.setenv(k, str(v))
-        return unifl.backend("qat", library="simulator", **opts)
-
-    yield make
-    runtime.close()
+    yield from simulator_backends(monkeypatch)
 
 
 def _batch(bits: int, n: int):
