@@ -85,9 +85,14 @@ FUZZ_RUNS ?= 100000
 fuzz: build $(DEV_STAMP)
 	$(BIN)/python fuzz/run.py --runs $(FUZZ_RUNS)
 
-# (re)build the compiled parts in place; cheap when nothing changed
+# (re)build the compiled parts in place; cheap when nothing changed.  Once per venv, `unifl devices
+# --remedy` lists the backends and, for one that a missing system package keeps unavailable (pip's
+# PoCL cannot build kernels on a CPU its LLVM does not know, e.g. AMD Zen 5), installs that package
+# when run as root, else prints the one command to run.
+REMEDY_STAMP := $(VENV)/.unifl-remedies-checked
 build: $(STAMP)
 	$(BIN)/python setup.py -q build_ext --inplace --parallel 2
+	@[ -e $(REMEDY_STAMP) ] || { $(BIN)/python -m unifl devices --remedy && touch $(REMEDY_STAMP); }
 
 $(STAMP): requirements.txt requirements-cuda.txt setup.py
 	$(PYTHON) -m venv $(VENV)

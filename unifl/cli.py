@@ -23,19 +23,53 @@ console = Console(width=None if os.environ.get("COLUMNS") else 132) \
 
 
 @app.command()
-def devices() -> None:
+def devices(remedy: bool = typer.Option(
+        False, "--remedy",
+        help="for a backend that a missing system package keeps unavailable: run the command that "
+             "installs it when running as root, else print it")) -> None:
     """List every registered backend: available or why not, the devices it sees, stand-ins."""
     from .core import registry
     table = Table(title="UniFL backends")
     for col in ("backend", "available", "devices", "stand-in", "reason"):
         table.add_column(col)
+    remedies: dict[str, tuple[tuple[str, ...], ...]] = {}
     for name in registry.names():
         pr = registry.probe(name)
         # names and reasons are text, not markup: "unifl[cuda]" must print as written
         table.add_row(name, "yes" if pr.available else "[red]no[/red]",
                       escape(", ".join(pr.devices)), escape(pr.stand_in or "-"),
                       escape(pr.reason))
+        if not pr.available and pr.remedy:
+            remedies[name] = pr.remedy
     console.print(table)
+    for name, commands in remedies.items():
+        _remedy(name, commands, run=remedy)
+
+
+def _remedy(name: str, commands: tuple[tuple[str, ...], ...], run: bool) -> None:
+    """Print the commands that make backend ``name`` available or, with ``run`` and as root, run
+    them and probe again in a new process (an OpenCL loader, say, lists its platforms once)."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    text = " && ".join("sudo " + shlex.join(c) for c in commands)
+    if not run:
+        console.print(f"{name}: to make it available run: {text}", markup=False)
+        return
+    if os.geteuid() != 0 or not all(shutil.which(c[0]) for c in commands):
+        console.print(f"{name}: not root (or {commands[0][0]} missing), so not installing; "
+                      f"run: {text}", markup=False)
+        return
+    console.print(f"{name}: installing what it needs: {' && '.join(map(shlex.join, commands))}",
+                  markup=False)
+    for c in commands:
+        done = subprocess.run(c, check=False)
+        if done.returncode != 0:
+            console.print(f"{name}: {shlex.join(c)} failed with exit status {done.returncode}",
+                          markup=False)
+            return
+    subprocess.run([sys.executable, "-m", "unifl", "devices"], check=False)
 
 
 @app.command()

@@ -33,6 +33,9 @@ class ProbeResult:
     reason: str = ""
     devices: list[str] = field(default_factory=list)
     stand_in: str | None = None  # e.g. "PoCL (OpenCL on the CPU)", "QAT simulator"; None for real hardware
+    #: system commands (argvs, run in order) that would make an unavailable backend available, e.g.
+    #: a package to install; empty when there is none or the reason is not a missing package
+    remedy: tuple[tuple[str, ...], ...] = ()
 
 
 class Backend:

@@ -8,7 +8,14 @@ class UniflError(Exception):
 
 
 class BackendUnavailable(UniflError, RuntimeError):
-    """A backend cannot run here; the message says why (no driver, no device, library missing)."""
+    """A backend cannot run here; the message says why (no driver, no device, library missing).
+
+    ``remedy``: where system commands would make it available (a package the machine lacks), those
+    commands as argvs, for ``unifl devices --remedy`` to print or, as root, to run."""
+
+    def __init__(self, message: str, *, remedy: tuple[tuple[str, ...], ...] = ()) -> None:
+        super().__init__(message)
+        self.remedy = remedy
 
 
 class OperandError(UniflError, ValueError):

@@ -224,7 +224,7 @@ def probe(name: str) -> ProbeResult:
         try:
             _probes[name] = backend_class(name).probe()
         except BackendUnavailable as exc:
-            _probes[name] = ProbeResult(False, str(exc))
+            _probes[name] = ProbeResult(False, str(exc), remedy=exc.remedy)
     return _probes[name]
 
 

@@ -96,7 +96,9 @@ class FpgaBackend(Backend):
     @classmethod
     def probe(cls) -> ProbeResult:
         """Available when the OpenCL ICD loader lists a device (the one UNIFL_FPGA_PLATFORM /
-        UNIFL_FPGA_DEVICE name, if set); stand_in says PoCL when that is all there is."""
+        UNIFL_FPGA_DEVICE name, if set) that can run our kernels: a CPU platform must compile and
+        run a small kernel first (pip's PoCL 3.0 lists a device on CPUs its LLVM does not know, then
+        fails every build); stand_in says PoCL when that is all there is."""
         try:
             from .runtime import is_pocl, list_devices, select_device
             plat = os.environ.get("UNIFL_FPGA_PLATFORM") or None
@@ -104,7 +106,7 @@ class FpgaBackend(Backend):
             p, _ = select_device(plat, dev)
             devices = [f"{q.name.strip()}: {d.name.strip()}" for q, d in list_devices()]
         except BackendUnavailable as exc:
-            return ProbeResult(False, str(exc))
+            return ProbeResult(False, str(exc), remedy=exc.remedy)
         except Exception as exc:  # noqa: BLE001 - probe must never raise
             return ProbeResult(False, f"OpenCL probe failed: {exc}")
         return ProbeResult(True, f"OpenCL platform {p.name.strip()!r}", devices,

@@ -153,11 +153,123 @@ def is_pocl(platform: pyopencl.Platform) -> bool:
     return any(s in platform.name.lower() for s in POCL_NAMES)
 
 
-def select_device(platform: str | None = None, device: str | None = None
-                  ) -> tuple[pyopencl.Platform, pyopencl.Device]:
-    """The first (platform, device) whose names contain the given substrings (case-insensitive).
+def builds_from_source(device: pyopencl.Device) -> bool:
+    """True for a device whose driver compiles OpenCL C at run time (a CPU: PoCL, Intel's CPU
+    runtime); an FPGA platform runs offline-built binaries only (aoc / v++), so it is not asked to."""
+    cl = import_cl()
+    return bool(device.type & cl.device_type.CPU)
 
-    With no names, a non-PoCL platform (a real accelerator) is preferred over PoCL.
+
+#: What the build check compiles: the 64x64->128-bit product and carry chain of montmul.cl's inner
+#: loop, so a platform that passes it can build the real kernel's arithmetic.
+CHECK_KERNEL = """
+__kernel void unifl_build_check(__global ulong *x) {
+    size_t i = get_global_id(0);
+    ulong a = x[2 * i], b = x[2 * i + 1];
+    ulong lo = a * b, hi = mul_hi(a, b);
+    ulong s = lo + hi;
+    x[2 * i] = s; x[2 * i + 1] = hi + (s < lo);
+}
+"""
+
+#: The build log's words when PoCL's LLVM cannot name the host CPU (its getHostCPUName answers
+#: "generic", which its clang refuses as a target CPU).
+UNKNOWN_CPU_MARK = "unknown target cpu"
+
+#: What installs a PoCL which picks its kernel library and target CPU by the CPU's features instead
+#: of its name (Debian 12's PoCL 3.1 with LLVM 15, and Ubuntu's): the package lists, then the ICD.
+SYSTEM_POCL_INSTALL = ("apt-get", "install", "-y", "--no-install-recommends", "pocl-opencl-icd")
+SYSTEM_POCL_REMEDY = (("apt-get", "update", "-qq"), SYSTEM_POCL_INSTALL)
+
+_build_checks: dict[tuple[str, str, str], str | None] = {}
+_build_checks_lock = threading.Lock()
+
+
+def host_cpu() -> str:
+    """The host CPU as /proc/cpuinfo names it: model name, vendor, family and model numbers."""
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    break                        # the first processor's block is enough
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return "this CPU"
+    name = info.get("model name", "this CPU")
+    fam, model = info.get("cpu family"), info.get("model")
+    return f"{name} ({info.get('vendor_id', '?')}, family {fam}, model {model})" \
+        if fam is not None else name
+
+
+def explain_build_failure(platform: pyopencl.Platform, log: str) -> str:
+    """Why ``platform`` cannot build kernels, and the fix, from its build ``log``."""
+    version = platform.version.strip()
+    if UNKNOWN_CPU_MARK in log.lower():
+        return (f"{platform.name.strip()} ({version}) cannot build kernels on {host_cpu()}: its "
+                "LLVM does not know this CPU, names it 'generic', and its compiler refuses that "
+                "as a target CPU ('unknown target CPU generic'). Fix: a PoCL that picks its kernel "
+                "library and target by CPU features -- on Debian/Ubuntu `sudo "
+                f"{' '.join(SYSTEM_POCL_INSTALL)}` (PoCL 3.1, LLVM 15); UniFL then uses it "
+                "(`make demo` runs this itself when it runs as root)")
+    first = next((ln for ln in log.splitlines() if ln.strip()), "no build log")
+    return f"{platform.name.strip()} ({version}) cannot build a small kernel: {first.strip()}"
+
+
+def build_check(platform: pyopencl.Platform, device: pyopencl.Device) -> str | None:
+    """None when ``device`` compiles and runs :data:`CHECK_KERNEL` exactly, else why not (with the
+    fix).  Done once per (platform, version, device) in a process: a compiler that fails for this
+    CPU fails for every kernel, and the check costs a compile."""
+    key = (platform.name.strip(), platform.version.strip(), device.name.strip())
+    with _build_checks_lock:
+        if key in _build_checks:
+            return _build_checks[key]
+        _build_checks[key] = why = _run_build_check(platform, device)
+        return why
+
+
+def _run_build_check(platform: pyopencl.Platform, device: pyopencl.Device) -> str | None:
+    cl = import_cl()
+    prog: pyopencl.Program | None = None
+    try:
+        ctx = cl.Context([device])
+        prog = cl.Program(ctx, CHECK_KERNEL)
+        prog.build()
+        queue = cl.CommandQueue(ctx)
+        a, b = 0xFFFF_FFFF_FFFF_FFFB, 0xFFFF_FFFF_FFFF_FFC5
+        host = np.array([a, b], dtype=np.uint64)
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        prog.unifl_build_check(queue, (1,), None, buf)
+        cl.enqueue_copy(queue, host, buf)
+        queue.finish()
+    except Exception as exc:  # noqa: BLE001 - any driver failure means: cannot build here
+        log = ""
+        if prog is not None:
+            try:
+                log = str(prog.get_build_info(device, cl.program_build_info.LOG))
+            except Exception:  # noqa: BLE001 - the log itself may be unavailable
+                log = ""
+        return explain_build_failure(platform, f"{log}\n{exc}")
+    p = a * b
+    lo, hi = p % 2**64, p >> 64
+    s = (lo + hi) % 2**64
+    want = [s, (hi + (s < lo)) % 2**64]
+    if [int(v) for v in host] != want:
+        return (f"{platform.name.strip()} ({platform.version.strip()}) built a small kernel "
+                f"that computes 64-bit products wrongly ({[hex(int(v)) for v in host]} != "
+                f"{[hex(v) for v in want]})")
+    return None
+
+
+def select_device(platform: str | None = None, device: str | None = None, *,
+                  check_build: bool = True) -> tuple[pyopencl.Platform, pyopencl.Device]:
+    """The first (platform, device) whose names contain the given substrings (case-insensitive)
+    and, with ``check_build``, whose compiler builds :data:`CHECK_KERNEL` (CPU devices only: an
+    FPGA platform loads offline-built binaries).
+
+    With no names, a non-PoCL platform (a real accelerator) is preferred over PoCL.  When every
+    candidate fails its build check, BackendUnavailable says why for each, with the fix.
     """
     pairs = list_devices()
     cand = [(p, d) for p, d in pairs
@@ -169,7 +281,17 @@ def select_device(platform: str | None = None, device: str | None = None
             f"OpenCL platform {platform or '*'!r} with device {device or '*'!r} not present "
             f"(seen: {seen})")
     cand.sort(key=lambda pd: is_pocl(pd[0]))  # stable: real hardware first
-    return cand[0]
+    if not check_build:
+        return cand[0]
+    failures: list[str] = []
+    for p, d in cand:
+        why = build_check(p, d) if builds_from_source(d) else None
+        if why is None:
+            return p, d
+        failures.append(why)
+    unknown_cpu = any("'unknown target CPU generic'" in f for f in failures)
+    raise BackendUnavailable("no OpenCL device here can build kernels: " + "; ".join(
+        dict.fromkeys(failures)), remedy=SYSTEM_POCL_REMEDY if unknown_cpu else ())
 
 
 @dataclass
@@ -191,7 +313,8 @@ class ClRuntime:
         cl = self.cl = import_cl()
         self.platform: pyopencl.Platform
         self.device: pyopencl.Device
-        self.platform, self.device = select_device(platform, device)
+        self.platform, self.device = select_device(platform, device,
+                                                   check_build=binary is None)
         self.stand_in = ("PoCL (OpenCL on the CPU)" if is_pocl(self.platform) else None)
         self.engines = max(1, int(engines))
         self.chunk = max(1, int(chunk))
