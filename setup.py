@@ -24,6 +24,9 @@ from setuptools import find_packages, setup
 from setuptools.command.build_ext import build_ext as _build_ext
 
 BACKENDS_DIR = os.path.join("unifl", "backends")
+#: C/C++ headers every backend may include (``#include "unifl/<name>.h"``), as backends import only
+#: unifl.core in Python: e.g. the libcrypto declarations that native and the qat simulator share
+CORE_INCLUDE = os.path.join("unifl", "core", "include")
 #: where a system library may live, the distribution's multiarch directories first
 _LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib",
                  "/usr/lib/aarch64-linux-gnu")
@@ -37,6 +40,13 @@ class BuildContext:
         #: the backend's folder, relative to this file (setuptools wants relative source paths)
         self.folder = folder
         self.package = folder.replace(os.sep, ".")
+        #: the include directory of unifl.core's shared headers
+        self.core_include = CORE_INCLUDE
+
+    @staticmethod
+    def core_headers() -> list:
+        """unifl.core's shared headers (a build depends on them)."""
+        return sorted(glob.glob(os.path.join(CORE_INCLUDE, "unifl", "*.h")))
 
     @staticmethod
     def link_args(name: str, soname: str, missing: str) -> list:
@@ -74,7 +84,7 @@ def _hook(module: ModuleType, name: str):
 
 
 ext_modules = []
-package_data = ["configs/*.yaml", "app/transport/*.proto", "app/data/*"]
+package_data = ["configs/*.yaml", "app/transport/*.proto", "app/data/*", "core/include/unifl/*.h"]
 #: the Makefile's editable install registers the package only; `make build` then compiles the
 #: extensions once, in place and in parallel (an editable build compiles in a throwaway directory,
 #: so the in-place build after it would compile everything a second time)

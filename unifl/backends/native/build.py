@@ -4,7 +4,7 @@ so this file imports only the standard library, setuptools and pybind11).
 
 The extension ``unifl.backends.native._native`` (pybind11, C++17) links libcrypto.so.3 (OpenSSL 3),
 which every CPython on Debian/Ubuntu already depends on; its BIGNUM declarations are our own
-(``src/bn_api.h``), so no -dev package and no root are needed.  ``UNIFL_NO_NATIVE=1`` skips it (the
+(``unifl/core/include/unifl/bn_api.h``), so no -dev package and no root are needed.  ``UNIFL_NO_NATIVE=1`` skips it (the
 ``native`` backend then probes unavailable and says so).
 """
 
@@ -38,8 +38,9 @@ def extensions(ctx: BuildContext) -> list[Extension]:
     return [Pybind11Extension(
         f"{ctx.package}._native",
         sorted(glob.glob(os.path.join(src, "*.cpp"))),
-        depends=sorted(glob.glob(os.path.join(src, "*.h"))),     # rebuilt when a header changes
-        include_dirs=[src],
+        # rebuilt when a header changes, its own or core's
+        depends=sorted(glob.glob(os.path.join(src, "*.h")) + ctx.core_headers()),
+        include_dirs=[src, ctx.core_include],
         cxx_std=17,
         extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         extra_link_args=ctx.link_args(

@@ -42,13 +42,14 @@ def extensions(ctx: BuildContext) -> list[Extension]:
     from setuptools import Extension
 
     src = os.path.join(ctx.folder, "src")
-    headers = sorted(glob.glob(os.path.join(src, "*.h")))     # rebuilt when a header changes
+    # rebuilt when a header changes, its own or core's
+    headers = sorted(glob.glob(os.path.join(src, "*.h")) + ctx.core_headers())
     return [
         Pybind11Extension(
             f"{ctx.package}._qat",
             [os.path.join(src, "qat_driver.cpp")],
             depends=headers,
-            include_dirs=[src],
+            include_dirs=[src, ctx.core_include],
             cxx_std=17,
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             extra_link_args=["-ldl", "-lpthread"],
@@ -57,6 +58,7 @@ def extensions(ctx: BuildContext) -> list[Extension]:
             f"{ctx.package}.libqat_sim",
             [os.path.join(src, "qat_sim.cpp")],
             depends=headers,
+            include_dirs=[ctx.core_include],
             language="c++",
             extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wall",
                                 "-Wno-unused-parameter"],

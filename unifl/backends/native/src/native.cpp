@@ -26,7 +26,7 @@
 
 #include <unistd.h>
 
-#include "bn_api.h"
+#include "unifl/bn_api.h"
 
 namespace py = pybind11;
 using u64 = uint64_t;

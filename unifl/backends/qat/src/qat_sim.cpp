@@ -18,7 +18,7 @@
 //   belongs to the user-space process, so a driver must free it before stopping that process.
 // It is loaded RTLD_LOCAL by the driver: its qaeMem*/icp_sal_* stay out of the global scope.
 // ModExp is computed in software with libcrypto (BN_mod_exp_mont, declarations shared with the
-// native backend in ../../native/src/bn_api.h); the simulator supports odd moduli only (the only
+// native backend in unifl/core/include/unifl/bn_api.h); the simulator supports odd moduli only (the only
 // kind UniFL sends) and answers CPA_STATUS_UNSUPPORTED for an even one.
 //
 // Configuration (read at icp_sal_userStart, so a restart picks up new values):
@@ -50,7 +50,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../native/src/bn_api.h"
+#include "unifl/bn_api.h"
 #include "cpa_api.h"
 
 #define SIM_EXPORT extern "C" __attribute__((visibility("default")))
