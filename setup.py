@@ -119,24 +119,11 @@ class BuildExt(_build_ext):
                 step.after_build_ext(ctx, out_dir)
 
 
-# ---- FATE plugin: FATE's component entry point.  No [fate] extra: pyfate 2.2.0 pins pydantic 1
-# while unifl.configs needs pydantic 2, so pip cannot resolve both in one environment.  FATE runs
-# in its own venv with unifl from the source tree (`make test-fate`, docs/fate.md).
-FATE_ENTRY_POINTS = {"fate.ext.component_desc": [
-    f"{name} = unifl.fate.components:{name}" for name in
-    ("unifl_coordinated_lr", "unifl_coordinated_linr", "unifl_hetero_secureboost")]}
-
+# name, version, dependencies, scripts and entry points: pyproject.toml's [project]
 setup(
-    name="unifl",
-    version="0.2.0",
-    description="Unified heterogeneous acceleration of the cryptography of cross-silo federated learning",
     packages=find_packages(include=["unifl", "unifl.*"]),
     package_data={"unifl": package_data},
-    python_requires=">=3.10",
-    install_requires=["numpy>=1.24", "gmpy2>=2.1", "pyyaml>=6", "pydantic>=2", "rich>=13",
-                      "typer>=0.9", "grpcio>=1.60", "protobuf>=5", "cryptography>=42"],
     extras_require=extras_require,
     cmdclass={"build_ext": BuildExt},
     ext_modules=[] if REGISTER_ONLY else ext_modules,
-    entry_points={"console_scripts": ["unifl=unifl.cli:main"], **FATE_ENTRY_POINTS},
 )

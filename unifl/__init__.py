@@ -22,7 +22,7 @@ from .phe_sdk.array import EncryptedArray
 from .phe_sdk.paillier import PrivateKey, PublicKey, keygen
 from .phe_sdk.serialize import dumps, loads
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = ["keygen", "PublicKey", "PrivateKey", "EncryptedArray", "dumps", "loads", "backend",
            "available_backends", "UniflError", "BackendUnavailable", "ConfigError", "DeviceError",
