@@ -7,6 +7,8 @@ built-in's name is refused.  And options a backend does not know are refused, no
 from __future__ import annotations
 
 import secrets
+import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -23,57 +25,10 @@ from unifl.scheduler import MultiDeviceBackend, backend_from_config
 
 from .conftest import paillier_keypair, random_odd_modulus
 
-# The plug-in, as its own author would write it (docs/backends.md walks through the same code):
-# MontMult on Python integers with one option of its own; every other op is composed by UniFL's
-# layers from its MontMults.
-ACME_SOURCE = '''\
-"""acme: a UniFL backend plug-in -- MontMult on Python integers; UniFL composes the rest."""
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Literal
-
-import numpy as np
-
-from unifl.core.backend import Backend, ProbeResult
-from unifl.core.limbs import from_limbs, to_limbs
-from unifl.core.montgomery import MontContext
-from unifl.core.options import BackendOptions, option
-
-
-@dataclass(frozen=True)
-class AcmeOptions(BackendOptions):
-    reduction: Literal["inverse", "redc"] = option(
-        "inverse", "how a*b becomes a*b*R^-1 mod m: a product with R^-1 mod m, or REDC "
-                   "(t + (t*m' mod R)*m) / R with m' = -m^-1 mod R")
-
-
-class AcmeBackend(Backend):
-    name = "acme"
-    native_ops = frozenset({"mont_mul"})
-    options_model = AcmeOptions
-    options: AcmeOptions
-
-    @classmethod
-    def probe(cls) -> ProbeResult:
-        return ProbeResult(True, "MontMult on Python integers", ["host CPU (Python ints)"])
-
-    def op_mont_mul(self, ctx: MontContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        m, R = ctx.m, ctx.R
-        if self.options.reduction == "inverse":
-            r_inv = self.state.get(ctx, "r_inv", lambda: pow(R, -1, m))
-            out = [x * y * r_inv % m for x, y in zip(from_limbs(a), from_limbs(b))]
-        else:
-            m_prime = self.state.get(ctx, "m_prime", lambda: -pow(m, -1, R) % R)
-            shift = R.bit_length() - 1
-            out = []
-            for x, y in zip(from_limbs(a), from_limbs(b)):
-                t = x * y
-                r = (t + (t * m_prime & (R - 1)) * m) >> shift     # < 2m for a, b < m
-                out.append(r - m if r >= m else r)
-        return to_limbs(out, ctx.num_limbs)
-'''
+# The plug-in is a real package, examples/plugin_backend (docs/backends.md walks through it): MontMult
+# on Python integers with one option of its own; every other op is composed by UniFL's layers from
+# its MontMults.  The fixture installs it with pip, as its user would.
+PLUGIN_PROJECT = Path(__file__).resolve().parents[1] / "examples" / "plugin_backend"
 
 # A second distribution: a plug-in whose driver is missing, one whose class disagrees with its
 # entry point name, and one that claims the name of a built-in backend.
@@ -95,18 +50,32 @@ def _dist(root: Path, name: str, entry_points: str) -> None:
     (info / "entry_points.txt").write_text(entry_points)
 
 
+@pytest.fixture(scope="module")
+def acme_install(tmp_path_factory):
+    """examples/plugin_backend installed by pip into a folder of its own (built from a copy, so the
+    source tree stays clean), as `pip install ./examples/plugin_backend` would leave it."""
+    root = tmp_path_factory.mktemp("plugin")
+    src = root / "src"
+    shutil.copytree(PLUGIN_PROJECT, src)
+    site = root / "site"
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                          "--no-build-isolation", "--no-index", "--target", str(site), str(src)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (site / "acme_unifl_backend" / "__init__.py").is_file()
+    return site
+
+
 @pytest.fixture
-def plugins(tmp_path, monkeypatch):
-    """Two installed distributions in tmp_path, as pip would leave them, on sys.path."""
-    (tmp_path / "acme_unifl_backend").mkdir()
-    (tmp_path / "acme_unifl_backend" / "__init__.py").write_text(ACME_SOURCE)
+def plugins(acme_install, tmp_path, monkeypatch):
+    """The installed plug-in and a second distribution with broken entries, on sys.path."""
     (tmp_path / "acme_card_backend").mkdir()
     (tmp_path / "acme_card_backend" / "__init__.py").write_text(BROKEN_SOURCE)
-    _dist(tmp_path, "acme_unifl_backend", "[unifl.backends]\nacme = acme_unifl_backend:AcmeBackend\n")
     _dist(tmp_path, "acme_extras", EXTRAS_ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(acme_install))
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.refresh_plugins()
-    yield tmp_path
+    yield acme_install
     monkeypatch.undo()
     for mod in ("acme_unifl_backend", "acme_card_backend"):
         sys.modules.pop(mod, None)
@@ -115,6 +84,7 @@ def plugins(tmp_path, monkeypatch):
 
 def _party_yaml(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "party.yaml"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path.write_text("party: guest\nnetwork: {listen: '127.0.0.1:50052'}\n" + textwrap.dedent(body))
     return path
 
