@@ -30,6 +30,10 @@ class BuildContext(Protocol):
 
     folder: str
     package: str
+    #: the include directory of unifl.core's shared C/C++ headers
+    core_include: str
+
+    def core_headers(self) -> list[str]: ...
 
     def link_args(self, name: str, soname: str, missing: str) -> list[str]: ...
 

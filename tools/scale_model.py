@@ -2,7 +2,7 @@
 bench/bench_ray.py measured on this machine.  Every input is a measurement, and every output is a
 projection; the two are never mixed up in the output.
 
-    python bench/scale_model.py /tmp/ray_overhead.json [--plot docs/scale_model.png]
+    python -m tools.scale_model /tmp/ray_overhead.json [--plot docs/scale_model.png]
 
 Inputs per op (from the bench's JSON, 2 workers of 1 core each, on the 2 cores of this machine):
   b  worker-core seconds per element (the workers' time in the op / elements);
@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from typing import Any
 
 #: measured on one H100 (docs/gpu.md), per GPU, host->host, full waves
@@ -37,12 +35,13 @@ LINKS_GBIT = (10.0, 25.0)
 
 
 def load(path: str) -> dict[str, Any]:
+    """bench_ray's JSON; it must carry the driver costs that bench measures (``"driver"``)."""
     with open(path) as f:
-        data = json.load(f)
-    if "driver" not in data:
-        sys.path.insert(0, os.path.dirname(__file__))
-        from bench_ray import driver_costs
-        data["driver"] = driver_costs(int(data["bits"]))
+        data: dict[str, Any] = json.load(f)
+    missing = [k for k in ("driver", "rows", "workers", "bits", "n") if k not in data]
+    if missing:
+        raise SystemExit(f"{path}: no {', '.join(missing)} -- not a bench/bench_ray.py --json "
+                         "output of this version (it records the driver costs the model needs)")
     return data
 
 
