@@ -27,6 +27,8 @@ class ScheduledBackend(Protocol):
 
     def report(self) -> list[dict[str, Any]]: ...
 
+    def pool_report(self) -> list[dict[str, Any]]: ...
+
 
 def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
     """The job dict this party runs.  The party's ``key_bits`` is its floor: a job asking for
@@ -90,7 +92,7 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
         raise AttributeError(f"the scheduler's backend {type(backend).__name__} has no "
                              "selection / report()")
     result["backend"] = {**backend.selection, "report": backend.report(),
-                         "start_seconds": t_backend}
+                         "obfuscators": backend.pool_report(), "start_seconds": t_backend}
     result["wall_seconds"] = time.perf_counter() - t0
     return result
 

@@ -23,6 +23,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from ..core import registry
 from ..core.errors import BackendUnavailable, ConfigError
 from ..core.options import BackendOptions, BackendOptionsError
+from ..core.state import PoolLimits
 
 ROLES = ("guest", "host", "arbiter")
 
@@ -63,6 +64,23 @@ class EncodingSection(_Section):
             raise ValueError(f"scale_bits must be at most {MAX_SCALE_BITS} (2^-{MAX_SCALE_BITS} "
                              f"is the finest step of a float64); got {v}")
         return v
+
+
+class ObfuscatorsSection(_Section):
+    """Paillier obfuscators r^n computed ahead of use (``PublicKey.obfuscators``): one pool per
+    key and backend instance, filled at job start and while the party waits on its peer, each
+    factor used once.  ``max_mb``: the memory bound of one pool (0 turns pools off: every
+    encryption computes its factor on the spot); ``fill_batch``: the most factors one filling call
+    computes (an accelerator's plateau needs thousands); ``slice_ms``: the length of one background
+    filling call, i.e. how long after the wait ends the refill may still run."""
+    max_mb: float = Field(64.0, ge=0, le=1 << 20)
+    fill_batch: int = Field(4096, ge=1, le=1 << 22)
+    slice_ms: float = Field(50.0, gt=0, le=60_000)
+
+    def limits(self) -> PoolLimits:
+        """The :class:`~unifl.core.state.PoolLimits` these settings give."""
+        return PoolLimits(max_bytes=int(self.max_mb * (1 << 20)), fill_batch=self.fill_batch,
+                          slice_seconds=self.slice_ms / 1000)
 
 
 class TlsSection(_Section):
@@ -280,6 +298,8 @@ class PartyConfig(_Section):
     key_bits: int = Field(2048, ge=1024, le=8192)
     encoding: EncodingSection = Field(default_factory=lambda: EncodingSection.model_validate({}))
     network: NetworkSection = Field(default_factory=lambda: NetworkSection.model_validate({}))
+    obfuscators: ObfuscatorsSection = Field(
+        default_factory=lambda: ObfuscatorsSection.model_validate({}))
 
     @model_validator(mode="wrap")
     @classmethod

@@ -28,7 +28,13 @@ def backend_from_config(cfg: PartyConfig) -> ChainMember:
         ConfigError: a mistake in the config (for Ray also: no cluster at the address).
         BackendUnavailable: no backend of the chain could start (for Ray: no worker could).
     """
+    backend: ChainMember
     if cfg.executor == "ray":
         from .ray import ray_backend
-        return ray_backend(cfg)
-    return local_chain(cfg)
+        backend = ray_backend(cfg)
+    else:
+        backend = local_chain(cfg)
+    # the pools of work computed ahead (Paillier obfuscators) live in the state of the backend
+    # the party computes on, bounded by its config
+    backend.state.pool_limits = cfg.obfuscators.limits()
+    return backend
