@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 def backend_from_config(cfg: PartyConfig) -> ChainMember:
     """The Backend for party config ``cfg``; it counts and times every op per backend and device
-    (``.report()``) and says what was chosen and why (``.selection``: requested, chosen,
-    fallback_events, ranking, devices, runtime_fallbacks; with Ray also ``ray``: the cluster, the
+    (``.report()``) and says what was chosen and why (``.selection``, a
+    :class:`~unifl.scheduler.selection.Selection`; with Ray its ``ray`` says the cluster, the
     workers and the nodes they run on).
 
     Raises:

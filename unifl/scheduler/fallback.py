@@ -62,6 +62,7 @@ from ..core.contract import SIGNATURES, Composition, composition_table
 from ..core.errors import BackendUnavailable, DeviceDataLost, DeviceError, UniflError
 from ..core.limbs import DeviceBatch
 from ..phe_sdk import paillier
+from .selection import Selection
 
 log = logging.getLogger("unifl.scheduler")
 
@@ -348,10 +349,9 @@ class ChainMember(Backend):
     #: the party's fallback chain and this backend's place in it (set by FallbackChain)
     chain: FallbackChain | None = None
     chain_pos: int = 0
-    #: what was asked, what ran and why (requested, chosen, fallback_events, ranking, devices,
-    #: describe, runtime_fallbacks): filled in by ``backend_from_config`` for the chain's head,
-    #: empty otherwise (each subclass starts it empty)
-    selection: dict[str, Any]
+    #: what was asked, what ran and why: set by ``backend_from_config`` on the backend it
+    #: returns, None on every other
+    selection: Selection | None = None
 
     def _replacement(self) -> Backend | None:
         """The backend that runs this one's work since it failed; None while it is healthy."""
