@@ -27,6 +27,8 @@ from ..core.backend import Backend, Request
 from ..core.errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
+from .dispatch import (CostModel, DispatchBackend, DispatchPolicy, calibrate_at_start,
+                       load_lines)
 from .executor import make_executor
 from .fallback import ChainMember, FallbackChain
 from .multi import MultiDeviceBackend
@@ -144,6 +146,45 @@ def _rank_auto(cfg: PartyConfig,
     return [n for n, _ in ranking], ranking
 
 
+def with_dispatch(cfg: PartyConfig, accelerator: CountingBackend | MultiDeviceBackend,
+                  name: str) -> tuple[CountingBackend | MultiDeviceBackend, dict[str, Any]]:
+    """``accelerator`` behind size-aware dispatch with the party's CPU backend
+    (:mod:`unifl.scheduler.dispatch`), and what the selection record says about it.  Nothing to
+    dispatch when the chosen backend is the CPU backend itself, or when that cannot start (said
+    in the note, and the accelerator runs every call)."""
+    d = cfg.dispatch
+    mode = d.mode
+    if mode == "off":
+        raise ValueError("with_dispatch: dispatch.mode is off")
+    cpu_name = d.cpu or next(n for n in (*registry.DEFAULT_CHAIN, "cpu")
+                             if registry.probe(n).available)
+    note: dict[str, Any] = {"mode": d.mode, "cpu": cpu_name, "margin": d.margin, "split": d.split}
+    if name == cpu_name:
+        return accelerator, {**note, "active": False,
+                             "why": f"the party's backend {name!r} is its CPU backend"}
+    try:
+        inst = start(cpu_name, cfg.backend_options(cpu_name), fresh=True,
+                     request=party_request(cfg))
+    except BackendUnavailable as exc:
+        log.warning("dispatch off: the CPU backend %r cannot start: %s", cpu_name, exc)
+        return accelerator, {**note, "active": False, "why": f"{cpu_name}: {exc}"}
+    cpu = CountingBackend(inst, device=", ".join(inst.devices) or cpu_name)
+    policy = DispatchPolicy(mode=mode, margin=d.margin, split=d.split, pin=dict(d.pin),
+                            cache=d.cache, budget_s=d.calibration_budget_s)
+    models = None
+    if d.mode == "calibrated" and d.cache:
+        models = (CostModel(accelerator.describe(), load_lines(accelerator)),
+                  CostModel(cpu.describe(), load_lines(cpu)))
+    disp = DispatchBackend(accelerator, cpu, policy, models)
+    if models is not None:
+        disp.calibration["cached"] = len(models[0].lines)
+    if d.mode == "auto" or (d.mode == "calibrated" and not disp.models[0].lines):
+        calibrate_at_start(disp, cfg.key_bits)
+    note.update({"active": True, "accelerator": accelerator.describe(), "cpu": cpu.describe(),
+                 "calibration": disp.calibration, "lines": disp.lines()})
+    return disp, note
+
+
 def _start_fallback(cfg: PartyConfig, name: str) -> CountingBackend:
     """A later link of the chain, started when the one before it failed mid-run (one instance:
     ``devices`` applies to the primary backend only, as at start)."""
@@ -194,12 +235,15 @@ def local_chain(cfg: PartyConfig) -> ChainMember:
             result = members[0]
         else:
             result = MultiDeviceBackend(members, make_executor(cfg.executor, len(members)))
+        dispatch_note = None
+        if cfg.dispatch.mode != "off":
+            result, dispatch_note = with_dispatch(cfg, result, name)
         chain_rest = FallbackChain(result, chain[pos + 1:],
                                    lambda n: _start_fallback(cfg, n), start_events=events)
         result.selection = Selection(
             requested=cfg.backend, chosen=name, fallback_events=events, ranking=ranking,
             devices=result.devices, describe=result.describe(),
-            runtime_fallbacks=chain_rest.events, executor=cfg.executor)
+            runtime_fallbacks=chain_rest.events, executor=cfg.executor, dispatch=dispatch_note)
         if events:
             log.warning("party %s runs on %r instead of %r", cfg.party, name, cfg.backend)
         return result
