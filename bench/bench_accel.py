@@ -4,7 +4,7 @@ process with the repetitions interleaved, so the ratios printed compare paths un
 
     python bench/bench_accel.py pool     [--bits 1024 2048] [--n 512] [--reps 5] [--backend native]
     python bench/bench_accel.py dispatch [--bits 2048] [--sizes 1 4 16 64 256 1024] [--reps 3]
-                                         [--accelerator fpga] [--latency-ms 20]
+                                         [--accelerator gpu|fpga|qat]
     ... [--json FILE]
 
 ``pool``, per key size, a batch of ``--n`` encryptions on ``--backend``:
@@ -16,12 +16,12 @@ process with the repetitions interleaved, so the ratios printed compare paths un
 * ``fill public/owner``  the cost of filling the pool, per factor (moved off the critical path: at
                          job start and while the party waits on its peer).
 
-``dispatch`` (see ``--help``): per batch size, where the dispatcher runs a public-key encryption
-and a ct×ct sum, and the time of the dispatched call against the accelerator alone and the CPU
-alone, in the same run.  Without a real accelerator the accelerator is ``--accelerator`` (the fpga
-stand-in, PoCL on the CPU, by default) or, with ``--latency-ms``, the party's CPU backend behind an
-added fixed latency per call (a stand-in for a device's launch and transfer cost: the dispatcher's
-decisions are the point, not the device's speed); the output says which.
+``dispatch``: per batch size, where the dispatcher runs a public-key encryption and a ct+ct sum
+(the route of each op it calls), and the time of the dispatched call against the accelerator alone
+and the CPU backend alone, in the same run.  The accelerator is ``--accelerator`` (default: gpu,
+else fpga, else qat); without the hardware that is its stand-in (PoCL on the CPU, the QAT
+simulator), named in the output: then the figures show the dispatcher's decisions and that it is
+never slower than the better of the two alone, not a device's speed.
 """
 
 from __future__ import annotations
@@ -122,6 +122,74 @@ def bench_pool(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def _accelerator_name(requested: str | None) -> str:
+    if requested:
+        return requested
+    for name in ("gpu", "fpga", "qat"):
+        if registry.probe(name).available:
+            return name
+    raise SystemExit("no accelerator backend (gpu, fpga, qat) probes available here")
+
+
+def bench_dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    from unifl import base_op
+    from unifl.scheduler import CountingBackend
+    from unifl.scheduler.dispatch import DispatchBackend, DispatchPolicy
+    from unifl.scheduler.select import start
+    acc_name = _accelerator_name(args.accelerator)
+    cpu_name = "native" if registry.probe("native").available else "cpu"
+    acc = CountingBackend(start(acc_name, {}, fresh=True))
+    cpu = CountingBackend(start(cpu_name, {}, fresh=True))
+    disp = DispatchBackend(acc, cpu, DispatchPolicy(mode="auto", cache=False,
+                                                    budget_s=args.budget))
+    stand_in = acc.stand_in or "real hardware"
+    report: dict[str, Any] = {"accelerator": acc.describe(), "stand_in": stand_in,
+                              "cpu": cpu.describe(), "reps": args.reps, "keys": {}}
+    for bits in args.bits:
+        pk, _ = unifl.keygen(bits)
+        ctx = pk.nsquare_ctx
+        big = max(args.sizes)
+        m_all = pk.plaintext_limbs([i % 1000 for i in range(big)])
+        c_all = np.asarray(P.encrypt_limbs(cpu, pk, m_all[:1], use_pool=False))
+        c_all = np.repeat(c_all, big, axis=0)
+        ops: dict[str, Callable[[Backend, int], Any]] = {
+            "encrypt (public key)": lambda be, n: P.encrypt_limbs(be, pk, m_all[:n],
+                                                                   use_pool=False),
+            "ct+ct (MontMult mod n²)": lambda be, n: base_op.mont_mul(be, ctx, c_all[:n],
+                                                                       c_all[:n], checked=False)}
+        rows: dict[str, Any] = {}
+        for op_name, fn in ops.items():
+            fn(disp, min(args.sizes))               # measures the op's lines (not timed)
+            fn(disp, big)
+            for n in args.sizes:
+                routes = {"accelerator alone": acc, "cpu alone": cpu, "dispatched": disp}
+                times = _interleaved({k: (lambda: None, (lambda b=b: _timed(lambda: fn(b, n))))
+                                      for k, b in routes.items()}, args.reps)
+                med = {k: statistics.median(v) for k, v in times.items()}
+                route = [r for r in disp.dispatch_report()]
+                rows[f"{op_name} | {n}"] = {"seconds": med, "dispatch": route[-1:] if route
+                                            else []}
+                disp.reset_counters()
+                best = min(med["accelerator alone"], med["cpu alone"])
+                print(f"{bits}-bit key  {op_name:<26} n={n:<6} acc {med['accelerator alone']*1e3:9.2f} ms"
+                      f"  cpu {med['cpu alone']*1e3:9.2f} ms  dispatched "
+                      f"{med['dispatched']*1e3:9.2f} ms  ({med['dispatched'] / best:4.2f}x the "
+                      f"better alone)  -> {_route_of(disp, op_name, fn, n)}")
+        report["keys"][bits] = {"rows": rows, "lines": disp.lines()}
+    print(f"\naccelerator: {acc.describe()} ({stand_in}); cpu: {cpu.describe()}; medians of "
+          f"{args.reps}, one process, rows interleaved; a loaded machine's figures are ratios only")
+    return report
+
+
+def _route_of(disp: Any, op_name: str, fn: Callable[[Any, int], Any], n: int) -> str:
+    """The route the dispatcher takes for this call size now (a dry decision)."""
+    disp.reset_counters()
+    fn(disp, n)
+    rows = disp.dispatch_report()
+    disp.reset_counters()
+    return ", ".join(f"{r['op']}: {r['route']}" for r in rows) or "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -131,8 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--backend", default="native" if registry.probe("native").available else "cpu")
     p.add_argument("--json", default=None)
+    d = sub.add_parser("dispatch", help="where each call size runs, and what that costs")
+    d.add_argument("--bits", type=int, nargs="+", default=[2048])
+    d.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64, 256, 1024])
+    d.add_argument("--reps", type=int, default=3)
+    d.add_argument("--accelerator", default=None,
+                   help="backend to dispatch with the CPU (default: gpu, else fpga, else qat)")
+    d.add_argument("--budget", type=float, default=1.0,
+                   help="seconds one line's calibration may take on one backend")
+    d.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    out = bench_pool(args)
+    out = bench_pool(args) if args.mode == "pool" else bench_dispatch(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

@@ -31,6 +31,8 @@ class ScheduledBackend(Protocol):
 
     def pool_report(self) -> list[dict[str, Any]]: ...
 
+    def dispatch_report(self) -> list[dict[str, Any]]: ...
+
 
 def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
     """The job dict this party runs.  The party's ``key_bits`` is its floor: a job asking for
@@ -94,7 +96,8 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
         raise AttributeError(f"the scheduler's backend {type(backend).__name__} has no "
                              "selection / report()")
     result["backend"] = {**backend.selection.as_dict(), "report": backend.report(),
-                         "obfuscators": backend.pool_report(), "start_seconds": t_backend}
+                         "obfuscators": backend.pool_report(),
+                         "dispatch": backend.dispatch_report(), "start_seconds": t_backend}
     result["wall_seconds"] = time.perf_counter() - t0
     return result
 

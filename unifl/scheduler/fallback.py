@@ -386,6 +386,11 @@ class ChainMember(Backend):
         hits, misses, dropped, with this backend's name."""
         return [{"backend": self.name, **pool.stats().as_row()} for pool in self.state.pools()]
 
+    def dispatch_report(self) -> list[dict]:
+        """Where each op's calls ran and why, with size-aware dispatch
+        (:class:`~unifl.scheduler.dispatch.DispatchBackend`); empty without it."""
+        return []
+
     def fallback_events(self) -> list[dict]:
         """Every re-run after a failure: op, from/from_device, to/to_device, reason, elements,
         scope; empty for an honest run."""
