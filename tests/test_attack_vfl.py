@@ -327,10 +327,11 @@ def test_documented_limit_rerandomised_combination_passes(host_keys):
     part = enc_u[:D_HOST].obfuscate()
     atk.ch.send("guest", "vfl/e0/b0/masked_h",
                 EncryptedArray(part.public_key, part.limbs, part.shape, 0, 1, BE))
-    vals = atk.ch.recv("guest", "vfl/e0/b0/plain_h")
+    reply = atk.ch.recv("guest", "vfl/e0/b0/plain_h")
     atk.finish()
     n = atk.pk_g.n
     y = guest_labels(plan[0][:D_HOST])
+    vals = reply["m"]
     got = np.array([(v - n if v > n // 2 else v) / 2.0 ** 24 for v in vals])
     np.testing.assert_array_equal(got, -2.0 * (2.0 * y - 1.0))
 

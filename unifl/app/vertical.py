@@ -22,8 +22,11 @@ guest G and host H:
            gradient, and nothing the peer claims sizes the mask), re-randomised (obfuscate) and sent
            to the key owner -- the other party.
 4. each:   decrypts the peer's masked gradient (O2) -- only a request of the peer's gradient shape,
-           at scale 0, holding none of its own ciphertexts -- and returns the residues; the owner
-           subtracts R mod n, decodes centred and scales by 2^-s.
+           at scale 0, holding none of its own ciphertexts -- and returns each residue m with the
+           randomness r its key recovers (verifiable decryption, :mod:`unifl.phe_sdk.opening`);
+           the requester checks (1 + m·n)·r^n ≡ c for the ciphertext c it sent, then subtracts
+           R mod n, decodes centred and scales by 2^-s.  A key owner that returns anything but
+           the decryption is caught (:class:`~unifl.core.errors.DecryptionProofError`).
 
 **Streaming.**  Steps 1–2 and the product of step 3 run per chunk of ``chunk_rows`` rows of the
 batch (:mod:`unifl.app.chunks`: chunk k, its row range, the ciphertexts, then an end marker, each
@@ -47,8 +50,9 @@ can still obtain without zero-knowledge proofs.
 
 **With an arbiter** (FLASH A.2, FATE's coordinated LR/LinR): the arbiter generates the key pair A
 and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d']]_A (re-randomised); both
-compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues; the
-arbiter decrypts a request only in the gradient shape both parties announced, each ciphertext once.
+compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues with
+their randomness, which each party checks as above; the arbiter decrypts a request only in the
+gradient shape both parties announced, each ciphertext once.
 
 **Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, in chunks, as in
 FATE's prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are
@@ -81,7 +85,7 @@ import numpy as np
 from ..core.backend import Backend
 from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
                            WeakKeyError)
-from ..phe_sdk import EncryptedArray, paillier
+from ..phe_sdk import EncryptedArray, opening, paillier
 from . import psi, synthetic
 from .alignment import check_alignment as _check_alignment
 from .alignment import ids_digest as _ids_digest
@@ -97,7 +101,8 @@ from .timing import Advance, Timings, progress_bar
 
 __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradient",
            "unmask_gradient",
-           "SentCiphertexts", "decrypt_masked", "save_checkpoint", "load_checkpoint",
+           "SentCiphertexts", "check_request", "decrypt_masked", "open_masked", "check_opened",
+           "save_checkpoint", "load_checkpoint",
            "agree_start", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
 
 log = logging.getLogger("unifl.app.vertical")
@@ -263,9 +268,9 @@ class SentCiphertexts:
         return int(1 + np.count_nonzero(self._sorted[1:] != self._sorted[:-1]))
 
 
-def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
-                   sent: SentCiphertexts | None = None, record: bool = False) -> list[int]:
-    """The key owner's step 4: the masked residues to return, after checking the request.
+def check_request(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                  sent: SentCiphertexts | None = None, record: bool = False) -> EncryptedArray:
+    """The key owner's checks on a decryption request (step 4), before any decryption.
 
     A request is decrypted only if it is an encrypted array under this party's key, of exactly
     ``shape`` (the requester's feature count, agreed at job start; every batch has more rows than
@@ -291,7 +296,45 @@ def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
     if sent is not None and (i := sent.first_seen(arr, record)) is not None:
         raise ProtocolViolation(f"decryption request element #{i} is a ciphertext this party sent "
                                 "itself or already decrypted; refused (it would hand back this party's own data)")
-    return arr.decrypt_residues(sk)
+    return arr
+
+
+def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                   sent: SentCiphertexts | None = None, record: bool = False) -> list[int]:
+    """The masked residues of a request that passes :func:`check_request` (no proof attached;
+    the protocol sends :func:`open_masked`)."""
+    return check_request(arr, sk, shape, sent, record).decrypt_residues(sk)
+
+
+# ------------------------------------------------------------------ verifiable decryption
+def open_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                sent: SentCiphertexts | None = None, record: bool = False) -> dict[str, list[int]]:
+    """The key owner's reply to a decryption request that passes :func:`check_request`: every
+    masked residue m with the randomness r its key recovers, ``{"m": [...], "r": [...]}``, so the
+    requester can check (1 + m·n)·r^n ≡ c before using m (:func:`check_opened`;
+    :mod:`unifl.phe_sdk.opening` has the math and why r tells nothing beyond m)."""
+    m, r = opening.open_array(check_request(arr, sk, shape, sent, record), sk)
+    return {"m": m, "r": r}
+
+
+def check_opened(masked: EncryptedArray, reply: object) -> list[int]:
+    """The requester's check of the key owner's reply to ``masked`` (the request it sent): the
+    masked residues, only once every one opens its ciphertext.
+
+    Without it a key owner could return v + δ for any δ of its choosing, and the requester would
+    take v − R + δ as its gradient: a guest could steer the host's weights to C·e_j and read the
+    host's feature column j off the test predictions.
+
+    Raises:
+        ProtocolViolation: the reply is not ``{"m": list, "r": list}``.
+        DecryptionProofError: a value does not open its ciphertext (or is out of range).
+    """
+    if not isinstance(reply, dict) or set(reply) != {"m", "r"} or \
+            not isinstance(reply["m"], list) or not isinstance(reply["r"], list):
+        got = sorted(reply) if isinstance(reply, dict) else type(reply).__name__
+        raise ProtocolViolation(f"decryption reply must be {{'m': [...], 'r': [...]}} (the "
+                                f"plaintexts and their randomness), got {got}")
+    return opening.check_opening(masked, reply["m"], reply["r"])
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -516,12 +559,15 @@ def _gradient_round(channel: Channel, t: Timings, tag: str, acc: EncryptedArray,
     if not arbiter:
         assert sk_own is not None           # two-party: this party's own key pair
         peer_masked = channel.recv(peer, f"{tag}/masked_{other}")
-        with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
+        with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec, open r"):
             with t.crypto():
-                vals = decrypt_masked(peer_masked, sk_own, peer_shape, sent)
-        channel.send(peer, f"{tag}/plain_{other}", vals)
+                reply = open_masked(peer_masked, sk_own, peer_shape, sent)
+        channel.send(peer, f"{tag}/plain_{other}", reply)
     back = channel.recv(key_owner, f"{tag}/plain_{own}")
-    return unmask_gradient(back, r, scale, masked.public_key.n)
+    with t.subtask("VFL: check decryption", "O1 re-encrypt (r^n)"):
+        with t.crypto():
+            values = check_opened(masked, back)
+    return unmask_gradient(values, r, scale, masked.public_key.n)
 
 
 def _expect(obj: object, key: paillier.PublicKey, shape: tuple, what: str, scale: int
@@ -822,10 +868,10 @@ def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
             for party, src_tag, dst_tag in (("guest", "masked_g", "plain_g"),
                                             ("host", "masked_h", "plain_h")):
                 arr = channel.recv(party, f"{tag}/{src_tag}")
-                with t.subtask("VFL: decrypt masked gradients", "O2 dec"):
+                with t.subtask("VFL: decrypt masked gradients", "O2 dec, open r"):
                     with t.crypto():
-                        vals = decrypt_masked(arr, sk, (d[party],), decrypted, record=True)
-                channel.send(party, f"{tag}/{dst_tag}", vals)
+                        reply = open_masked(arr, sk, (d[party],), decrypted, record=True)
+                channel.send(party, f"{tag}/{dst_tag}", reply)
     return {"metrics": {}, "model": {}}
 
 
