@@ -80,7 +80,9 @@ class HostileHost:
                                             "dim": self.claim_dim,
                                             "batch_size": self.job["params"]["batch_size"],
                                             "chunk_rows": start["chunk_rows"],
-                                            "scale_bits": 24, "epochs": []})
+                                            "scale_bits": 24,
+                                            "residual_bound": start["residual_bound"],
+                                            "epochs": []})
         self.pk_g = self.ch.recv("guest", "vfl/pk")
         self.ch.send("guest", "vfl/pk", self.pk)
         return reference.batches(self.n, self.job["params"]["batch_size"], SEED, 0,

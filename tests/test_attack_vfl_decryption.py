@@ -36,11 +36,12 @@ C = 1.0e6                           # the weight the liar plants
 J = 4                               # the feature column it reads
 
 
-def vjob(parties=("guest", "host")) -> dict:
+def vjob(parties=("guest", "host"), **params) -> dict:
     return validate_job({"job_id": "lie", "algorithm": "vlr", "dataset": "breast",
                          "parties": list(parties), "seed": SEED, "key_bits": 1024,
                          "params": {"epochs": 1, "batch_size": BATCH, "learning_rate": LR,
-                                    "tol": None, "features": {"guest": 10, "host": D_HOST}}})
+                                    "tol": None, "features": {"guest": 10, "host": D_HOST},
+                                    **params}})
 
 
 def last_batch_rows() -> tuple[int, int]:
@@ -94,10 +95,10 @@ class Tap(LocalTransport):
         return data
 
 
-def run(parties, liar_role: str, lie_on: str) -> tuple[dict, dict]:
+def run(parties, liar_role: str, lie_on: str, **params) -> tuple[dict, dict]:
     """The job with ``liar_role`` lying on ``lie_on`` (``plain_g`` / ``plain_h``) in the last
     batch: ({role: result or exception}, {role: its Tap})."""
-    job = vjob(parties)
+    job = vjob(parties, **params)
     last, rows = last_batch_rows()
     hub = local_transports(parties)["guest"].hub
     ts = {r: Tap(r, hub, f"vfl/e0/b{last}/{lie_on}", rows) if r == liar_role else Tap(r, hub)
@@ -124,7 +125,8 @@ def run(parties, liar_role: str, lie_on: str) -> tuple[dict, dict]:
 
 @pytest.fixture
 def unchecked(monkeypatch):
-    """The requester's check switched off: the control that shows what the lie buys."""
+    """The requester's check switched off: the control that shows what the lie buys (run with
+    ``residual_bound: None``, the code path before either check existed)."""
     monkeypatch.setattr(vertical, "check_opened", lambda masked, reply: (
         reply["m"] if isinstance(reply, dict) else reply))
 
@@ -139,7 +141,7 @@ def test_lie_reads_a_host_feature_column_without_the_check(unchecked, parties):
     """The control: unchecked, the guest (two-party) or an arbiter colluding with it makes the
     host's weights C·e_j + O(1), and the host's test predictions are its feature column j."""
     liar_role = "guest" if len(parties) == 2 else "arbiter"
-    out, taps = run(parties, liar_role, "plain_h")
+    out, taps = run(parties, liar_role, "plain_h", residual_bound=None)
     host = out["host"]
     assert isinstance(host, dict), host
     w_h = np.array(host["model"]["weights"])
@@ -167,9 +169,19 @@ def test_a_forged_decryption_is_refused(parties, liar_role, lie_on, victim):
             assert isinstance(out[role], (TransportError, DecryptionProofError)), out[role]
 
 
+def test_the_residual_bound_alone_stops_a_lie_this_large(unchecked):
+    """Defence in depth: with the opening unchecked, a lie of C's size still leaves the range any
+    guest share within residual_bound could give, and the host refuses it."""
+    out, taps = run(("guest", "host"), "guest", "plain_h")
+    err = out["host"]
+    assert isinstance(err, vertical.ProtocolViolation), err
+    assert f"coordinate {J}" in str(err) and "residual_bound" in str(err)
+    assert taps["guest"].zh_test == []
+
+
 def test_the_host_lie_steers_the_guest_without_the_check(unchecked):
     """The other direction's control: unchecked, the host's lie moves the guest's weight j by C."""
-    out, _ = run(("guest", "host"), "host", "plain_g")
+    out, _ = run(("guest", "host"), "host", "plain_g", residual_bound=None)
     guest = out["guest"]
     assert isinstance(guest, dict), guest
     assert abs(guest["model"]["weights"][J] - C) < 10

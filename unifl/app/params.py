@@ -121,6 +121,12 @@ class VerticalParams(AlgorithmParams):
     #: chunks of this many rows (a party never holds more ciphertexts of a batch); both parties
     #: must run the same (compared at job start)
     chunk_rows: int = Field(DEFAULT_CHUNK_ROWS, ge=1, le=MAX_CHUNK_ROWS)
+    #: the largest |share| of the residual d' a party contributes per row (the guest's
+    #: u = z_g − 2y± or z_g − y, the host's z_h): each party refuses a decrypted gradient whose
+    #: peer part Xᵀ(share) has a coordinate beyond bound·Σ_i|X_ij|, and checks its own share
+    #: before sending it; both parties must run the same (compared at job start).  Honest shares
+    #: on the shipped datasets stay below 5; None switches the check off
+    residual_bound: Optional[float] = Field(64.0, gt=0.0)
 
     @model_validator(mode="before")
     @classmethod

@@ -101,7 +101,7 @@ from .timing import Advance, Timings, progress_bar
 
 __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradient",
            "unmask_gradient",
-           "SentCiphertexts", "check_request", "decrypt_masked", "open_masked", "check_opened",
+           "SentCiphertexts", "ShareBound", "check_request", "decrypt_masked", "open_masked", "check_opened",
            "save_checkpoint", "load_checkpoint",
            "agree_start", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
 
@@ -337,6 +337,65 @@ def check_opened(masked: EncryptedArray, reply: object) -> list[int]:
     return opening.check_opening(masked, reply["m"], reply["r"])
 
 
+# ------------------------------------------------------------------ residual bound
+class ShareBound:
+    """The plaintext side of the residual bound for one batch, from one party's view.
+
+    d' = s_own + s_peer row by row (guest: s_own = u, s_peer = z_h; host the other way round), and
+    the decrypted gradient is g = Xᵀd' = Xᵀs_own + Xᵀs_peer.  Verifiable decryption makes g the
+    true product of this party's X with what the peer contributed, but the peer chooses its share:
+    a malicious guest picks u to steer the host's weights (and reads the result off the test
+    predictions).  With every |s_peer,i| <= bound, each coordinate obeys
+    |(Xᵀs_peer)_j| <= bound·Σ_i|X_ij|: the party accumulates Xᵀs_own and Σ_i|X_ij| chunk by chunk
+    (plaintext, d floats per chunk) and refuses a gradient that breaks it.  It is a necessary
+    condition only: a share concentrated on few rows passes as long as every coordinate fits
+    (docs/app.md says exactly what passes).  The party's own share is held to the same bound
+    before it is encrypted, so an honest party is never refused by an honest peer.
+    """
+
+    def __init__(self, dim: int, bound: float | None, role: str, peer: str) -> None:
+        self.bound, self.role, self.peer = bound, role, peer
+        self.own = np.zeros(dim)
+        self.abs_sum = np.zeros(dim)
+
+    def add(self, Xc: np.ndarray, own_share: np.ndarray) -> None:
+        """Account for one chunk: its features and this party's share of its rows.
+
+        Raises:
+            ConfigError: this party's own share exceeds the bound (raise params.residual_bound).
+        """
+        if self.bound is None:
+            return
+        peak = float(np.abs(own_share).max()) if len(own_share) else 0.0
+        if not peak <= self.bound:
+            raise ConfigError(f"{self.role}: its share of the residual reaches |{peak:.6g}|, "
+                              f"beyond params.residual_bound = {self.bound:g} (the peer would "
+                              "refuse the gradient); raise the bound or check the data")
+        self.own += np.asarray(Xc, np.float64).T @ own_share
+        self.abs_sum += np.abs(Xc).sum(axis=0)
+
+    def check(self, g: np.ndarray) -> None:
+        """Refuse a decrypted gradient ``g`` = Xᵀd' (unscaled) whose peer part breaks the bound.
+
+        Raises:
+            ProtocolViolation: naming the first coordinate out of bound.
+        """
+        if self.bound is None:
+            return
+        peer_part = g - self.own
+        # slack for the fixed-point encoding of X (2^-24) and of the shares (2^-scale): far below
+        # any deviation worth refusing
+        limit = self.bound * self.abs_sum * (1 + 1e-6) + 1e-6 * (np.abs(self.own) + 1.0)
+        over = np.abs(peer_part) > limit
+        if over.any():
+            j = int(np.argmax(over))
+            raise ProtocolViolation(
+                f"{self.role}: the {self.peer}'s part of gradient coordinate {j} is "
+                f"{peer_part[j]:.6g}, beyond residual_bound·Σ|X| = {limit[j]:.6g}: no share with "
+                f"every |value| <= {self.bound:g} gives it (the {self.peer} steers this party's "
+                "model)")
+
+
 # ------------------------------------------------------------------ checkpoints
 CHECKPOINT_VERSION = 2
 
@@ -451,6 +510,7 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
                                      "batch_size": int(p.batch_size),
                                      "chunk_rows": int(p.chunk_rows),
                                      "scale_bits": int(p.scale_bits),
+                                     "residual_bound": p.residual_bound,
                                      "epochs": [[e, st] for e, (_, st) in sorted(states.items())]})
     theirs = channel.recv(peer, "vfl/start")
     try:
@@ -484,6 +544,9 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
         log.warning("%s: the job declares no feature counts (params.features): %s's claim of %d "
                     "is bounded only by the batch size", role, peer, peer_dim)
     check_peer_scale(role, peer, p.scale_bits, theirs.get("scale_bits"))
+    if theirs.get("residual_bound") != p.residual_bound:
+        raise ConfigError(f"{role}: {peer} runs residual_bound {theirs.get('residual_bound')!r}, "
+                          f"{role} {p.residual_bound!r}; both parties must run the same")
     d_g, d_h = (dim, peer_dim) if role == "guest" else (peer_dim, dim)
     min_rows = vertical_min_rows(d_g, d_h)
     check_schedule(n, p.batch_size, min_rows,
@@ -672,11 +735,13 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
                 tag = f"vfl/e{epoch}/b{bi}"
                 bounds = chunk_bounds(len(b), p.chunk_rows)
                 acc: EncryptedArray | None = None
+                share = ShareBound(s.dim, p.residual_bound, "guest", "host")
                 for k, (lo, hi) in enumerate(bounds):
                     Xc, yc = src.train(take_rows(b, lo, hi))
                     assert yc is not None                   # checked above: the guest's labels
                     zg = row_dot(Xc, w)
                     u = zg - 2.0 * (2.0 * yc - 1.0) if task == "lr" else zg - yc
+                    share.add(Xc, u)
                     if not arbiter:
                         assert pk_own is not None and sent is not None   # own key pair
                         with t.subtask("VFL: encrypt forward", "O1 enc"):
@@ -705,6 +770,7 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
                 assert acc is not None                      # every batch has rows
                 g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
                                     own="g", peer="host", arbiter=arbiter)
+                share.check(g)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = g * factor / len(b) + p.l2 * src.l2_mask * w
                     w = w - p.learning_rate * grad
@@ -780,9 +846,11 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
                 tag = f"vfl/e{epoch}/b{bi}"
                 bounds = chunk_bounds(len(b), p.chunk_rows)
                 acc: EncryptedArray | None = None
+                share = ShareBound(s.dim, p.residual_bound, "host", "guest")
                 for k, (lo, hi) in enumerate(bounds):
                     Xc, _ = src.train(take_rows(b, lo, hi))
                     zh = row_dot(Xc, w)
+                    share.add(Xc, zh)
                     with t.subtask("VFL: encrypt forward", "O1 enc"):
                         with t.crypto():
                             enc_zh = EncryptedArray.encrypt(pk_own, zh, scale_bits=p.scale_bits,
@@ -810,6 +878,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
                 assert acc is not None                      # every batch has rows
                 g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
                                     own="h", peer="guest", arbiter=arbiter)
+                share.check(g)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = g * factor / len(b) + p.l2 * w
                     w = w - p.learning_rate * grad
