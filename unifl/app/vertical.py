@@ -61,7 +61,8 @@ never revealed this way.
 Early stop: after each epoch the host sends ||Δw_h||² (its weight change over the epoch) and the
 guest stops when sqrt(||Δw_g||² + ||Δw_h||²) < tol, deterministic so the plaintext reference
 (:func:`unifl.app.reference.vertical_reference`) takes the same decision.  Each party writes a
-per-epoch JSON checkpoint (weights, epoch, batch-schedule state; fsynced) and can resume from it:
+per-epoch JSON checkpoint (:mod:`unifl.app.checkpoint`: weights, epoch, batch-schedule state;
+fsynced, never written through a link) and can resume from it:
 after each epoch the guest saves and says so, the host saves and acknowledges, and only then does
 the next epoch start; a file keeps the state before too, and on resume the parties take the latest
 epoch both have saved.
@@ -70,10 +71,8 @@ epoch both have saved.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -83,10 +82,9 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend
-from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
-                           WeakKeyError)
+from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, opening, paillier
-from . import psi, synthetic
+from . import checkpoint, psi, synthetic
 from .alignment import check_alignment as _check_alignment
 from .alignment import ids_digest as _ids_digest
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
@@ -101,9 +99,8 @@ from .timing import Advance, Timings, progress_bar
 
 __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradient",
            "unmask_gradient",
-           "SentCiphertexts", "ShareBound", "check_request", "decrypt_masked", "open_masked", "check_opened",
-           "save_checkpoint", "load_checkpoint",
-           "agree_start", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
+           "SentCiphertexts", "ShareBound", "check_request", "decrypt_masked", "open_masked",
+           "check_opened", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
 
 log = logging.getLogger("unifl.app.vertical")
 
@@ -396,91 +393,6 @@ class ShareBound:
                 "model)")
 
 
-# ------------------------------------------------------------------ checkpoints
-CHECKPOINT_VERSION = 2
-
-
-def _checkpoint_path(p: VerticalParams, job: dict, role: str) -> Path | None:
-    if not p.checkpoint_dir:
-        return None
-    return Path(p.checkpoint_dir) / f"{job['job_id']}_{job['algorithm']}_{role}.json"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:       # a platform without directory handles: the replace is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def save_checkpoint(path: Path | None, w: np.ndarray, epoch: int, seed: int, stopped: bool,
-                    previous: tuple[int, np.ndarray, bool] | None = None) -> None:
-    """Weights after ``epoch`` completed epochs (and the state before it, ``previous``, so that a
-    party one save ahead of its peer can still resume from their common epoch), durably: a temp
-    file written, flushed and fsynced, atomically renamed, and the directory fsynced."""
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    states = [{"epoch": int(epoch), "weights": w.tolist(), "stopped": bool(stopped)}]
-    if previous is not None and previous[0] < epoch:
-        states.append({"epoch": int(previous[0]), "weights": np.asarray(previous[1]).tolist(),
-                       "stopped": bool(previous[2])})
-    text = json.dumps({"unifl_checkpoint": CHECKPOINT_VERSION, "rng": {"seed": seed},
-                       "states": states})
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
-    _fsync_dir(path.parent)
-
-
-def load_checkpoint(path: Path | None, dim: int, seed: int
-                    ) -> dict[int, tuple[np.ndarray, bool]]:
-    """The saved states {epoch: (weights, stopped)} (empty without a checkpoint)."""
-    if path is None or not path.is_file():
-        return {}
-    try:
-        obj = json.loads(path.read_text())
-        ck_seed = int(obj["rng"]["seed"])
-        if obj.get("unifl_checkpoint") == 1:      # one state, written before version 2
-            raw = [{"epoch": obj["epoch"], "weights": obj["weights"], "stopped": obj["stopped"]}]
-        else:
-            raw = obj["states"]
-        states = {int(s["epoch"]): (np.array(s["weights"], dtype=np.float64), bool(s["stopped"]))
-                  for s in raw}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SerializationError(f"checkpoint {path} is malformed: {exc}") from exc
-    for w, _ in states.values():
-        if w.shape != (dim,) or ck_seed != seed:
-            raise ConfigError(f"checkpoint {path} belongs to another model (shape {w.shape}, "
-                              f"seed {ck_seed}); expected ({dim},), seed {seed}")
-    return states
-
-
-def agree_start(own: dict[int, bool], peer: dict[int, bool]) -> int:
-    """The epoch both parties resume from: the latest one both have saved (0 when neither has a
-    checkpoint).  Both compute it from the same two lists, so they agree."""
-    if not own and not peer:
-        return 0
-    common = set(own) & set(peer)
-    if not common:
-        raise ConfigError(f"the parties' checkpoints have no common epoch (this party "
-                          f"{sorted(own)}, the peer {sorted(peer)}): checkpoints or data differ")
-    e = max(common)
-    if own[e] != peer[e]:
-        raise ConfigError(f"the parties' checkpoints disagree on stopping at epoch {e}: "
-                          "checkpoints or data differ")
-    return e
-
-
 # ------------------------------------------------------------------ the parties
 @dataclass
 class _Session:
@@ -504,8 +416,8 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
     epoch -- all before any key or ciphertext exists."""
     seed = job["seed"]
     n, dim = src.n_train, src.dim
-    ck = _checkpoint_path(p, job, role)
-    states = load_checkpoint(ck, dim, seed) if p.resume else {}
+    ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], role)
+    states = checkpoint.load(ck, dim, seed) if p.resume else {}
     channel.send(peer, "vfl/start", {"n": int(n), "n_test": int(src.n_test), "dim": int(dim),
                                      "batch_size": int(p.batch_size),
                                      "chunk_rows": int(p.chunk_rows),
@@ -551,14 +463,14 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
     min_rows = vertical_min_rows(d_g, d_h)
     check_schedule(n, p.batch_size, min_rows,
                    f"guest {d_g} features with the intercept, host {d_h}")
-    start = agree_start({e: st for e, (_, st) in states.items()}, peer_states)
+    start = checkpoint.agree_start({e: st for e, (_, st) in states.items()}, peer_states)
     previous: tuple[int, np.ndarray, bool] | None
     if start in states:
         w, stopped = states[start]
         previous = (start, w, stopped)
     else:
         w, stopped = np.zeros(dim), False
-        save_checkpoint(ck, w, 0, seed, False)      # so a crash before the first ack can resume
+        checkpoint.save(ck, w, 0, seed, False)      # so a crash before the first ack can resume
         previous = (0, w, False) if ck is not None else None
     if arbiter:
         channel.send("arbiter", "vfl/dims", {"guest": d_g, "host": d_h})
@@ -572,7 +484,7 @@ def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | Non
     before too, so whichever party stops in between, both still share an epoch to resume from."""
     done = epoch + 1
     if role == "guest":
-        save_checkpoint(ck, w, done, seed, stopped, s.previous)
+        checkpoint.save(ck, w, done, seed, stopped, s.previous)
         channel.send(peer, f"vfl/e{epoch}/saved", done)
         ack = channel.recv(peer, f"vfl/e{epoch}/saved_ack")
         if ack != done:
@@ -581,7 +493,7 @@ def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | Non
         said = channel.recv(peer, f"vfl/e{epoch}/saved")
         if said != done:
             raise ProtocolViolation(f"host: guest saved epoch {said!r}, expected {done}")
-        save_checkpoint(ck, w, done, seed, stopped, s.previous)
+        checkpoint.save(ck, w, done, seed, stopped, s.previous)
         channel.send(peer, f"vfl/e{epoch}/saved_ack", done)
     if ck is not None:
         s.previous = (done, w.copy(), stopped)
@@ -704,7 +616,7 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     if src.train(np.zeros(0, np.int64))[1] is None:
         raise ConfigError("guest: its data has no label column (the guest holds the labels)")
-    ck = _checkpoint_path(p, job, "guest")
+    ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "guest")
     s = _handshake("guest", "host", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
     sent = None if arbiter else SentCiphertexts()
@@ -821,7 +733,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
                 arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
-    ck = _checkpoint_path(p, job, "host")
+    ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "host")
     s = _handshake("host", "guest", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
     sent = None if arbiter else SentCiphertexts()
