@@ -20,7 +20,7 @@ from unifl.app.jobs import validate_job
 from unifl.app.timing import Timings
 from unifl.core.errors import (ProtocolViolation, SignatureError, TransportError,
                           WeakKeyError)
-from unifl.phe_sdk import EncryptedArray, paillier, rsa
+from unifl.phe_sdk import EncryptedArray, paillier, rsa, rsa_proof
 from unifl.phe_sdk.rsa import full_domain_hash
 
 from .conftest import Party
@@ -99,6 +99,7 @@ def _hostile_host(rsa_key, tamper_signed=None, digests=None, guest_kwargs=None):
     g, h, _t = pair()
     guest = Party(lambda: psi.psi_guest(g, GUEST_IDS, BE, **(guest_kwargs or {})), g)
     h.send("guest", "psi/pk", pk)
+    psi.prove_key(h, sk, BE)                 # an honest key: its proof passes
     blinded = _ints(h.recv("guest", "psi/blinded"), pk.n)
     signed = sk.raw_decrypt(blinded, BE)
     own = psi._h2(sk.raw_decrypt(full_domain_hash(HOST_IDS, pk.n), BE), pk.n)
@@ -164,6 +165,7 @@ def _host_party(ids=HOST_IDS, **kw):
     g, h, _t = pair()
     host = Party(lambda: psi.psi_host(h, ids, BE, key_bits=BITS, **kw), h)
     pk = g.recv("host", "psi/pk")
+    psi.verify_host_key(g, pk, BE)           # the key challenge, as the real guest runs it
     return host, g, pk
 
 
@@ -187,7 +189,8 @@ def test_host_refuses_too_many_blinded_values_before_signing(monkeypatch):
     g.send("host", "psi/blinded", _u64([2, 3, 4, 5, 6], pk.n))
     host.join()
     assert isinstance(host.error, ProtocolViolation) and "limit of 4" in str(host.error)
-    assert calls == [len(HOST_IDS)]          # only its own ids were ever signed
+    # only the key proof's challenges and its own ids were ever signed
+    assert calls == [rsa_proof.CHALLENGES, len(HOST_IDS)]
 
 
 def _guest_reports(report):
