@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import reference, secureboost
+from unifl.app import reference
+from unifl.app.secureboost import packing, protocol as sbt_protocol
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_local, validate_job
 from unifl.app.metrics import roc_auc, sigmoid
@@ -31,8 +32,8 @@ def reference_for(job):
     job = validate_job(job)
     p = params_of(job)
     ids = sorted_ids(load_party(job["dataset"], "guest").ids)
-    g = secureboost._prepare("guest", job, p, ids, None)
-    h = secureboost._prepare("host", job, p, ids, None)
+    g = sbt_protocol._prepare("guest", job, p, ids, None)
+    h = sbt_protocol._prepare("host", job, p, ids, None)
     ref = reference.secureboost_reference(g[3], g[0], h[0], p, g[1], h[1])
     ref["auc"] = roc_auc(g[4], sigmoid(ref["test_score"]))
     ref["test_bins"] = {"guest": g[1], "host": h[1]}
@@ -114,11 +115,11 @@ def test_secureboost_default_parameters_federated():
 
 def test_pack_unpack_gh_exact():
     rng = np.random.default_rng(0)
-    gi = secureboost.quantise(rng.uniform(-1, 1, 1000))
-    hi = secureboost.quantise(rng.uniform(0, 0.25, 1000))
-    packed = secureboost.pack_gh(gi, hi)
+    gi = packing.quantise(rng.uniform(-1, 1, 1000))
+    hi = packing.quantise(rng.uniform(0, 0.25, 1000))
+    packed = packing.pack_gh(gi, hi)
     sums = [sum(packed[:k]) for k in (1, 10, 1000)]
-    g, h = secureboost.unpack_gh(sums)
+    g, h = packing.unpack_gh(sums)
     assert g.tolist() == [int(gi[:k].sum()) for k in (1, 10, 1000)]
     assert h.tolist() == [int(hi[:k].sum()) for k in (1, 10, 1000)]
 

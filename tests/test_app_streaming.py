@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import reference, secureboost, vertical
+from unifl.app import reference, vertical
+from unifl.app.secureboost import protocol as sbt_protocol
 from unifl.app.batching import batch_count, batch_rows, batches, chunk_bounds, take_rows
 from unifl.app.channel import Channel, local_transports
 from unifl.app.data import load_party, sorted_ids
@@ -159,8 +160,8 @@ def test_secureboost_on_synthetic_data():
     res = run_local(job, BE)
     v = validate_job(job)
     p = params_of(v)
-    g = secureboost._prepare("guest", v, p, [], None)
-    h = secureboost._prepare("host", v, p, [], None)
+    g = sbt_protocol._prepare("guest", v, p, [], None)
+    h = sbt_protocol._prepare("host", v, p, [], None)
     ref = reference.secureboost_reference(g[3], g[0], h[0], p, g[1], h[1])
     assert res["guest"]["metrics"]["auc"] == pytest.approx(roc_auc(g[4], ref["test_score"]),
                                                            abs=1e-9)
@@ -402,7 +403,7 @@ def _sb_root_stream(sb_host, pk, stream) -> Party:
     job, p, ids = sb_host
     t = local_transports()
     g, h = Channel(t["guest"], 20, BE), Channel(t["host"], 20, BE)
-    host = Party(lambda: secureboost._host(job, p, h, BE, Timings(), ids, None), h)
+    host = Party(lambda: sbt_protocol._host(job, p, h, BE, Timings(), ids, None), h)
     g.send("host", "sbt/pk", pk)
     info = g.recv("host", "sbt/info")
     n = int(info["rows"])

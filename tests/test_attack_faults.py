@@ -19,7 +19,7 @@ import pytest
 
 import unifl
 from unifl import base_op, mod_op
-from unifl.app import vertical
+from unifl.app import checkpoint
 from unifl.app.jobs import run_local
 from unifl.core import registry
 from unifl.backends.cpu import CpuBackend
@@ -447,14 +447,14 @@ def test_vertical_lr_guest_backend_dies_mid_epoch_2_same_model(faulty, monkeypat
     # FaultyNative.calls when the guest saves its state after epoch k: the epoch boundaries in op
     # calls, so the fault can be put in the middle of epoch 2 and checked to have fired there
     boundaries: dict[int, int] = {}
-    real_save = vertical.save_checkpoint
+    real_save = checkpoint.save
 
     def save(*args, **kw):
         if threading.current_thread().name == "unifl-guest":
             epoch = kw["epoch"] if "epoch" in kw else args[2]
             boundaries[int(epoch)] = FaultyNative.calls
         return real_save(*args, **kw)
-    monkeypatch.setattr(vertical, "save_checkpoint", save)
+    monkeypatch.setattr(checkpoint, "save", save)
 
     host = registry.backend("native")
     clean_be = chain()

@@ -13,14 +13,16 @@ import pytest
 
 import unifl
 from unifl import mod_op
-from unifl.app import codec, psi, secureboost
+from unifl.app import codec, psi
+from unifl.app.params import BoostParams
+from unifl.app.secureboost import protocol as sbt_protocol
 from unifl.app.channel import Channel, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import validate_job
 from unifl.app.timing import Timings
 from unifl.core.errors import (ProtocolViolation, SignatureError, TransportError,
                           WeakKeyError)
-from unifl.phe_sdk import EncryptedArray, paillier, rsa
+from unifl.phe_sdk import EncryptedArray, paillier, rsa, rsa_proof
 from unifl.phe_sdk.rsa import full_domain_hash
 
 from .conftest import Party
@@ -99,6 +101,7 @@ def _hostile_host(rsa_key, tamper_signed=None, digests=None, guest_kwargs=None):
     g, h, _t = pair()
     guest = Party(lambda: psi.psi_guest(g, GUEST_IDS, BE, **(guest_kwargs or {})), g)
     h.send("guest", "psi/pk", pk)
+    psi.prove_key(h, sk, BE)                 # an honest key: its proof passes
     blinded = _ints(h.recv("guest", "psi/blinded"), pk.n)
     signed = sk.raw_decrypt(blinded, BE)
     own = psi._h2(sk.raw_decrypt(full_domain_hash(HOST_IDS, pk.n), BE), pk.n)
@@ -164,6 +167,7 @@ def _host_party(ids=HOST_IDS, **kw):
     g, h, _t = pair()
     host = Party(lambda: psi.psi_host(h, ids, BE, key_bits=BITS, **kw), h)
     pk = g.recv("host", "psi/pk")
+    psi.verify_host_key(g, pk, BE)           # the key challenge, as the real guest runs it
     return host, g, pk
 
 
@@ -187,7 +191,8 @@ def test_host_refuses_too_many_blinded_values_before_signing(monkeypatch):
     g.send("host", "psi/blinded", _u64([2, 3, 4, 5, 6], pk.n))
     host.join()
     assert isinstance(host.error, ProtocolViolation) and "limit of 4" in str(host.error)
-    assert calls == [len(HOST_IDS)]          # only its own ids were ever signed
+    # only the key proof's challenges and its own ids were ever signed
+    assert calls == [rsa_proof.CHALLENGES, len(HOST_IDS)]
 
 
 def _guest_reports(report):
@@ -288,9 +293,9 @@ SB_PARAMS = {"n_trees": 2, "max_depth": 2, "max_rows": 40, "num_bins": 8}
 def sb_setup():
     job = validate_job({"algorithm": "secureboost", "dataset": "breast", "seed": 5,
                         "key_bits": BITS, "params": dict(SB_PARAMS)})
-    p = secureboost.BoostParams.from_job(job["params"])
+    p = BoostParams.from_job(job["params"])
     ids = sorted_ids(load_party("breast", "host").ids)
-    bins_tr = secureboost._prepare("host", job, p, ids, None)[0]
+    bins_tr = sbt_protocol._prepare("host", job, p, ids, None)[0]
     return job, p, ids, bins_tr
 
 
@@ -301,7 +306,7 @@ class HostileGuest:
         job, self.p, ids, self.bins = sb_setup
         self.pk, _ = pai_key
         self.g, h, _t = pair()
-        self.host = Party(lambda: secureboost._host(job, self.p, h, BE, Timings(), ids, None), h)
+        self.host = Party(lambda: sbt_protocol._host(job, self.p, h, BE, Timings(), ids, None), h)
         self.g.send("host", "sbt/pk", self.pk)
         info = self.g.recv("host", "sbt/info")
         self.n, self.fh = int(info["rows"]), int(info["features"])
@@ -313,7 +318,7 @@ class HostileGuest:
         if not self.host.thread.is_alive():      # refused already: nothing to encrypt for
             raise TransportError("the host has stopped")
         tree, depth, nodes, active, want = self.last
-        m = len(secureboost.wanted_rows(nodes.astype(np.int64), active, want))
+        m = len(sbt_protocol.wanted_rows(nodes.astype(np.int64), active, want))
         enc = EncryptedArray.encrypt(self.pk, np.ones(m if count is None else count, np.int64),
                                      backend=BE)
         tag = f"sbt/t{tree}/d{depth}/gh"
@@ -498,7 +503,7 @@ def test_host_refuses_a_guest_key_below_its_key_bits(sb_setup, pai_key):
     job, p, ids, _ = sb_setup
     strict = dict(job, key_bits=2048)
     g, h, _t = pair()
-    host = Party(lambda: secureboost._host(strict, p, h, BE, Timings(), ids, None), h)
+    host = Party(lambda: sbt_protocol._host(strict, p, h, BE, Timings(), ids, None), h)
     g.send("host", "sbt/pk", pai_key[0])
     host.join()
     assert isinstance(host.error, WeakKeyError) and "2048" in str(host.error)
@@ -508,7 +513,7 @@ def test_host_refuses_a_guest_key_below_its_key_bits(sb_setup, pai_key):
 def test_guest_refuses_a_host_feature_count_that_would_exhaust_its_memory(sb_setup):
     job, p, ids, bins = sb_setup
     g, h, _t = pair()
-    guest = Party(lambda: secureboost._guest(job, p, g, BE, Timings(), ids, None, False), g)
+    guest = Party(lambda: sbt_protocol._guest(job, p, g, BE, Timings(), ids, None, False), g)
     h.recv("guest", "sbt/pk")
     h.send("guest", "sbt/info", {"rows": int(bins.shape[0]), "features": 10 ** 9})
     guest.join()
@@ -524,8 +529,8 @@ def test_guest_refuses_a_host_feature_count_that_would_exhaust_its_memory(sb_set
 def test_guest_checks_the_host_split_answer(pai_key, reply, why):
     pk, sk = pai_key
     g, h, _t = pair()
-    p = secureboost.BoostParams(num_bins=8)
-    remote = secureboost._RemoteHost(g, sk, Timings(), p, 4, 10)
+    p = BoostParams(num_bins=8)
+    remote = sbt_protocol._RemoteHost(g, sk, Timings(), p, 4, 10)
     h.send("guest", "sbt/t0/d0/left", reply)
     with pytest.raises(ProtocolViolation, match=why):
         remote.split(0, 0, np.array([0] * 5 + [-1] * 5), [(0, 1, 2)])

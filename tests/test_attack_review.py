@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import horizontal, secureboost
+from unifl.app import horizontal
+from unifl.app.params import BoostParams
+from unifl.app.secureboost import packing, protocol as sbt_protocol
 from unifl.app.channel import Channel, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import validate_job
@@ -31,9 +33,9 @@ SB_PARAMS = {"n_trees": 1, "max_depth": 2, "max_rows": 40, "num_bins": 8}
 def sb_job():
     job = validate_job({"algorithm": "secureboost", "dataset": "breast", "seed": 5,
                         "key_bits": BITS, "params": dict(SB_PARAMS)})
-    p = secureboost.BoostParams.from_job(job["params"])
+    p = BoostParams.from_job(job["params"])
     ids = sorted_ids(load_party("breast", "host").ids)
-    bins_tr = secureboost._prepare("host", job, p, ids, None)[0]
+    bins_tr = sbt_protocol._prepare("host", job, p, ids, None)[0]
     return job, p, ids, bins_tr
 
 
@@ -43,7 +45,7 @@ def _hostile_host_root(sb_job, forge):
     job, p, ids, bins = sb_job
     t = local_transports()
     g, h = Channel(t["guest"], WAIT, BE), Channel(t["host"], WAIT, BE)
-    guest = Party(lambda: secureboost._guest(job, p, g, BE, Timings(), ids, None, False), g)
+    guest = Party(lambda: sbt_protocol._guest(job, p, g, BE, Timings(), ids, None, False), g)
     pk = h.recv("guest", "sbt/pk")
     n, fh = bins.shape
     h.send("guest", "sbt/info", {"rows": int(n), "features": int(fh), "scale_bits": p.scale_bits,
@@ -52,8 +54,8 @@ def _hostile_host_root(sb_job, forge):
     assert level["depth"] == 0
     enc_gh = h.recv("guest", "sbt/t0/d0/gh")["data"]     # the root: every row, one chunk
     assert enc_gh.shape == (n,) and h.recv("guest", "sbt/t0/d0/gh") == {"end": 1}
-    width = secureboost.cell_bits(n)
-    per = secureboost.cells_per_ciphertext(pk, width)
+    width = packing.cell_bits(n)
+    per = packing.cells_per_ciphertext(pk, width)
     count = -(-fh * p.num_bins // per)
     assert count <= n       # the guest's own ciphertexts are enough to fill an answer
     h.send("guest", "sbt/t0/d0/hist", forge(enc_gh, count))
@@ -73,7 +75,7 @@ def test_guest_refuses_its_own_gradients_returned_as_histograms(sb_job):
 def test_guest_refuses_a_scaled_combination_of_its_gradients(sb_job):
     """One row's [[ĝ + 2^64 ĥ]] raised to 2^w·k lands in the cell the host picks; the rest E(0)."""
     def forge(enc, count):
-        width = secureboost.cell_bits(sb_job[3].shape[0])
+        width = packing.cell_bits(sb_job[3].shape[0])
         one = enc[:1] * np.array([1 << (3 * width)], dtype=object)
         zeros = enc[1:count] * np.zeros(count - 1, np.int64)
         return EncryptedArray.concatenate([one, zeros]).obfuscate()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import codec, reference, vertical
+from unifl.app import checkpoint, codec, reference, vertical
 from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_job, run_local, validate_job
@@ -80,7 +80,9 @@ class HostileHost:
                                             "dim": self.claim_dim,
                                             "batch_size": self.job["params"]["batch_size"],
                                             "chunk_rows": start["chunk_rows"],
-                                            "scale_bits": 24, "epochs": []})
+                                            "scale_bits": 24,
+                                            "residual_bound": start["residual_bound"],
+                                            "epochs": []})
         self.pk_g = self.ch.recv("guest", "vfl/pk")
         self.ch.send("guest", "vfl/pk", self.pk)
         return reference.batches(self.n, self.job["params"]["batch_size"], SEED, 0,
@@ -327,10 +329,11 @@ def test_documented_limit_rerandomised_combination_passes(host_keys):
     part = enc_u[:D_HOST].obfuscate()
     atk.ch.send("guest", "vfl/e0/b0/masked_h",
                 EncryptedArray(part.public_key, part.limbs, part.shape, 0, 1, BE))
-    vals = atk.ch.recv("guest", "vfl/e0/b0/plain_h")
+    reply = atk.ch.recv("guest", "vfl/e0/b0/plain_h")
     atk.finish()
     n = atk.pk_g.n
     y = guest_labels(plan[0][:D_HOST])
+    vals = reply["m"]
     got = np.array([(v - n if v > n // 2 else v) / 2.0 ** 24 for v in vals])
     np.testing.assert_array_equal(got, -2.0 * (2.0 * y - 1.0))
 
@@ -553,7 +556,7 @@ def test_stop_between_save_and_ack_then_resume(tmp_path, who, tag):
     assert isinstance(out["host" if who == "guest" else "guest"], TransportError)
     g_states, h_states = _states(ck / "atk_vlr_guest.json"), _states(ck / "atk_vlr_host.json")
     assert g_states == [1, 2] and h_states == ([0, 1] if who == "guest" else [1, 2])
-    assert not list(ck.glob("*.tmp"))
+    assert not list(ck.glob("*.tmp")) and not list(ck.glob(".*.tmp"))
     resumed = run_local(vjob(**params, checkpoint_dir=str(ck), resume=True), BE)
     for role in ("guest", "host"):
         assert resumed[role]["model"]["weights"] == full[role]["model"]["weights"]
@@ -566,13 +569,13 @@ def test_checkpoint_is_fsynced(tmp_path, monkeypatch):
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd)))
     path = tmp_path / "c" / "x.json"
-    vertical.save_checkpoint(path, np.ones(3), 2, 5, False, (1, np.zeros(3), False))
+    checkpoint.save(path, np.ones(3), 2, 5, False, (1, np.zeros(3), False))
     assert len(synced) >= 2          # the file, then its directory
-    states = vertical.load_checkpoint(path, 3, 5)
+    states = checkpoint.load(path, 3, 5)
     assert sorted(states) == [1, 2] and list(states[2][0]) == [1.0, 1.0, 1.0]
-    assert vertical.agree_start({1: False, 2: False}, {0: False, 1: False}) == 1
+    assert checkpoint.agree_start({1: False, 2: False}, {0: False, 1: False}) == 1
     with pytest.raises(ConfigError, match="checkpoints or data differ"):
-        vertical.agree_start({2: False, 3: False}, {0: False, 1: False})
+        checkpoint.agree_start({2: False, 3: False}, {0: False, 1: False})
 
 
 # ------------------------------------------------------------------ declared feature counts

@@ -177,6 +177,21 @@ def test_pickles_reduce_to_plain_data(keys):
     assert pickle.loads(pickle.dumps(pk)) == pk
 
 
+def test_keys_of_received_moduli_are_held_in_a_bounded_cache(keys):
+    """A peer that sends PKs of ever new moduli (each unpickled, as FATE's federation does) must
+    not grow this process without bound: at most MAX_KEYS are kept, least recently used first
+    out, and a key in use stays the one object for its modulus."""
+    import secrets
+    _sk, pk, _coder = keys[0]
+    mine = pickle.loads(pickle.dumps(pk))
+    for _ in range(kit.MAX_KEYS + 40):
+        n = (secrets.randbits(512) | 3 << 510 | 1) * (secrets.randbits(512) | 3 << 510 | 1)
+        assert pickle.loads(pickle.dumps(kit.PK(n))).n == n
+        pickle.loads(pickle.dumps(pk))                      # this party's own key stays in use
+    assert len(kit._keys) <= kit.MAX_KEYS
+    assert kit._public_key(pk.n) is mine.key
+
+
 def test_allow_list_is_exact_and_restriction_stays_on():
     from fate.arch.config import cfg
     from fate.arch.federation.api import _serdes

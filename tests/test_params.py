@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import horizontal, reference, secureboost, vertical
+from unifl.app import horizontal, reference, vertical
+from unifl.app.secureboost import packing, protocol as sbt_protocol
 from unifl.app.channel import Channel, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_job, run_local
@@ -220,8 +221,8 @@ def test_secureboost_and_hlr_honour_the_scale():
     job = validate_job(sb)
     p = params_of(job)
     ids = sorted_ids(load_party("breast", "guest").ids)
-    g = secureboost._prepare("guest", job, p, ids, None)
-    h = secureboost._prepare("host", job, p, ids, None)
+    g = sbt_protocol._prepare("guest", job, p, ids, None)
+    h = sbt_protocol._prepare("host", job, p, ids, None)
     ref = reference.secureboost_reference(g[3], g[0], h[0], p)
     leaves = [nd["weight"] for nd in res["guest"]["model"]["trees"][0] if nd["leaf"]]
 
@@ -229,9 +230,9 @@ def test_secureboost_and_hlr_honour_the_scale():
         return [node["weight"]] if node["leaf"] else ref_leaves(node["left"]) + ref_leaves(
             node["right"])
     assert sorted(leaves) == pytest.approx(sorted(ref_leaves(ref["trees"][0])), rel=1e-12)
-    secureboost.check_pack_capacity(120, 56)          # 2^56 · 120 rows < 2^63
+    packing.check_pack_capacity(120, 56)          # 2^56 · 120 rows < 2^63
     with pytest.raises(ConfigError, match="use scale_bits <= 56"):
-        secureboost.check_pack_capacity(120, 57)
+        packing.check_pack_capacity(120, 57)
 
     hl = {"job_id": "s", "algorithm": "hlr", "dataset": "breast", "seed": 3, "key_bits": 1024,
           "parties": ["guest", "host", "arbiter"], "params": {"rounds": 2, "scale_bits": 12}}

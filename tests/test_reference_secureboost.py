@@ -32,7 +32,8 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from unifl.app import reference, secureboost
+from unifl.app import reference
+from unifl.app.secureboost import protocol as sbt_protocol
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.metrics import roc_auc
 from unifl.app.params import BoostParams, params_of, validate_job
@@ -101,8 +102,8 @@ def _breast(params: dict):
                         "key_bits": 1024, "params": params})
     p = params_of(job)
     ids = sorted_ids(load_party("breast", "guest").ids)
-    g = secureboost._prepare("guest", job, p, ids, None)
-    h = secureboost._prepare("host", job, p, ids, None)
+    g = sbt_protocol._prepare("guest", job, p, ids, None)
+    h = sbt_protocol._prepare("host", job, p, ids, None)
     return p, g, h
 
 

@@ -95,8 +95,12 @@ def prepare_job(opts: DemoOptions, run_dir: Path) -> Path:
     secureboost).  A shipped job run as a related algorithm (``psi+vlr``'s file as ``vlr``) keeps
     only the parameters that algorithm has (no PSI step: no ``drop_fraction``)."""
     job = load_job(_job_file(opts)).to_job()
-    if opts.job is None:
+    if opts.job is None and job["dataset"] != opts.dataset:
+        # the declared feature and id counts are the shipped job's dataset's: on another dataset
+        # the parties run without them (and each logs that nothing pins the peer's counts)
         job["dataset"] = opts.dataset
+        for declared in ("features", "max_ids"):
+            job["params"].pop(declared, None)
     if opts.algorithm and opts.algorithm != job["algorithm"]:
         if opts.algorithm not in PARAMS:
             raise ConfigError(f"--algorithm must be one of {sorted(PARAMS)}, got "

@@ -70,6 +70,13 @@ class AlgorithmParams(BaseModel):
         return validate(cls, dict(params or {}), "job params")
 
 
+class IdCounts(AlgorithmParams):
+    """The most ids each party of a PSI may enter (its own set's size, or a bound on it)."""
+
+    guest: int = Field(ge=1)
+    host: int = Field(ge=1)
+
+
 class PsiParams(AlgorithmParams):
     """RSA blind-signature PSI (:mod:`unifl.app.psi`)."""
 
@@ -78,6 +85,10 @@ class PsiParams(AlgorithmParams):
     drop_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     #: the host's RSA modulus size, and the guest's floor for it; None: the job's key_bits
     rsa_bits: Optional[int] = Field(None, ge=1024, le=8192)
+    #: declared, each party refuses a peer that enters more ids than this (the host's digests,
+    #: the guest's blinded values): a host could otherwise pad its set with ids it does not hold
+    #: and learn whether the guest has them; None: bounded only by psi.MAX_PEER_IDS (a warning)
+    max_ids: Optional[IdCounts] = None
 
     def rsa_key_bits(self, key_bits: int) -> int:
         """The RSA modulus size this job runs: ``rsa_bits``, else the job's ``key_bits``."""
@@ -121,6 +132,12 @@ class VerticalParams(AlgorithmParams):
     #: chunks of this many rows (a party never holds more ciphertexts of a batch); both parties
     #: must run the same (compared at job start)
     chunk_rows: int = Field(DEFAULT_CHUNK_ROWS, ge=1, le=MAX_CHUNK_ROWS)
+    #: the largest |share| of the residual d' a party contributes per row (the guest's
+    #: u = z_g − 2y± or z_g − y, the host's z_h): each party refuses a decrypted gradient whose
+    #: peer part Xᵀ(share) has a coordinate beyond bound·Σ_i|X_ij|, and checks its own share
+    #: before sending it; both parties must run the same (compared at job start).  Honest shares
+    #: on the shipped datasets stay below 5; None switches the check off
+    residual_bound: Optional[float] = Field(64.0, gt=0.0)
 
     @model_validator(mode="before")
     @classmethod

@@ -3,7 +3,12 @@
 Host (server) owns the RSA key (n, e, d); guest (client) holds ids A, host holds ids B.
 
 1. host -> guest:  public key (n, e)
-2. guest:          x_a = FDH(a) for a in A;  blinded b_a = x_a · r_a^e mod n          (O8, r_a secret)
+   guest -> host:  a fresh 32-byte nonce;  host -> guest: e-th roots of 8 values derived from it
+   guest:          checks n has no prime factor below 2^20 and every root: x ↦ x^e is then a
+                   permutation of Z_n* except with probability 65537^-8 < 2^-128
+                   (:mod:`unifl.phe_sdk.rsa_proof`), so r^e is uniform and hides x perfectly
+2. guest:          x_a = FDH(a) for a in A (each a unit mod n);
+                   blinded b_a = x_a · r_a^e mod n                                     (O8, r_a secret)
    guest -> host:  [b_a]
 3. host:           s_a = b_a^d = x_a^d · r_a mod n                                       (O7, CRT)
    host -> guest:  [s_a];  and  T = { H2(FDH(b)^d) : b in B }  (sorted digests)         (O7)
@@ -11,27 +16,33 @@ Host (server) owns the RSA key (n, e, d); guest (client) holds ids A, host holds
                    t_a = H2(u_a);  A ∩ B = { a : t_a in T }
    guest -> host:  the digests t_a of the intersection; the host maps them back to its ids.
 
-The host never sees FDH(a) (blinded by a uniform r_a); the guest learns only which of its own ids the
-host also has (H2 of a signature it cannot forge).  Both end with the intersection as strings in the
-canonical order of :func:`unifl.app.data.sorted_ids`.
+The host never sees FDH(a) (blinded by a uniform r_a, which the key proof of step 1 guarantees
+before any blinded value is sent); the guest learns only which of its own ids the host also has
+(H2 of a signature it cannot forge).  Both end with the intersection as strings in the canonical
+order of :func:`unifl.app.data.sorted_ids`.
 
-Neither party trusts the other's messages: the guest accepts only e = 65537 and a modulus of at
-least its own key size, and verifies every signature; the host signs only values in (0, n), at most
-``max_peer_ids`` of them, verifies each CRT signature before it leaves (in
-:meth:`~unifl.phe_sdk.rsa.PrivateKey.raw_decrypt`), and accepts as the intersection only distinct
-digests of its own ids, no more than the guest sent.  A guest can still claim any subset of the
-host's ids it signed as "the intersection" (nothing proves it matched them); see docs/app.md.
+Neither party trusts the other's messages: the guest accepts only e = 65537, a modulus of at
+least its own key size that proves x ↦ x^e a permutation, and verifies every signature; the host
+signs only values in (0, n), at most ``max_peer_ids`` of them, verifies each CRT signature before it
+leaves (in :meth:`~unifl.phe_sdk.rsa.PrivateKey.raw_decrypt`), and accepts as the intersection only
+distinct digests of its own ids, no more than the guest sent.  With ``max_ids`` declared in the
+job, each refuses a peer entering more ids than declared (the host's digests, the guest's blinded
+values).  A guest can still claim any subset of the host's ids it signed as "the intersection"
+(nothing proves it matched them), and a host can enter any set of its declared size (ids it does
+not hold included: inherent in PSI); see docs/app.md.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import secrets
 
 import numpy as np
 
 from ..core.backend import Backend
 from ..core.errors import ConfigError, ProtocolViolation, SignatureError, WeakKeyError
-from ..phe_sdk import rsa
+from ..phe_sdk import rsa, rsa_proof
 from ..phe_sdk.rsa import full_domain_hash
 from .channel import Channel
 from .data import load_party, sorted_ids
@@ -39,6 +50,8 @@ from .params import PsiParams, params_of
 from .timing import Timings
 
 DIGEST = 32
+
+log = logging.getLogger("unifl.app.psi")
 
 #: The most ids either party accepts from its peer in one PSI: blinded values (host), signatures and
 #: host digests (guest).  2^22 ids are 128 MiB of digests and 1 GiB of 2048-bit values, above any
@@ -69,6 +82,34 @@ def check_peer_key(pk: object, min_key_bits: int) -> rsa.PublicKey:
     return pk
 
 
+def verify_host_key(channel: Channel, pk: rsa.PublicKey, backend: Backend | None,
+                    prefix: str = "psi") -> None:
+    """The guest's check that the host's x ↦ x^e is a permutation of Z_n*, before any value that
+    depends on an id is sent: a fresh nonce out, e-th roots of the values derived from it back
+    (:func:`unifl.phe_sdk.rsa_proof.verify`, which also refuses a factor below 2^20).
+
+    Raises:
+        WeakKeyError, SignatureError: the host's key is not shown to blind perfectly.
+    """
+    rsa_proof.check_no_small_factor(pk.n)
+    nonce = secrets.token_bytes(rsa_proof.NONCE_BYTES)
+    channel.send("host", f"{prefix}/key_nonce", nonce)
+    rsa_proof.verify(pk, nonce, channel.recv("host", f"{prefix}/key_proof"), backend)
+
+
+def prove_key(channel: Channel, sk: rsa.PrivateKey, backend: Backend | None,
+              prefix: str = "psi") -> None:
+    """The host's answer to the guest's key challenge: exactly
+    :data:`~unifl.phe_sdk.rsa_proof.CHALLENGES` e-th roots, whatever the guest asks (its nonce
+    must be exactly 32 bytes)."""
+    nonce = channel.recv("guest", f"{prefix}/key_nonce")
+    if not isinstance(nonce, bytes) or len(nonce) != rsa_proof.NONCE_BYTES:
+        raise ProtocolViolation(f"PSI: the guest's key challenge must be {rsa_proof.NONCE_BYTES} "
+                                f"bytes, got {type(nonce).__name__} of "
+                                f"{len(nonce) if isinstance(nonce, bytes) else '?'}")
+    channel.send("guest", f"{prefix}/key_proof", rsa_proof.prove(sk, nonce, backend))
+
+
 def _digest_list(blob: object, field: str, max_count: int) -> list[bytes]:
     """``blob`` (bytes from the peer) as its 32-byte digests; the count is checked before anything
     is split."""
@@ -90,17 +131,24 @@ def psi_guest(channel: Channel, ids: list[str], backend: Backend | None,
     """The client side: returns the intersection (canonical order).
 
     The host is not trusted: its key must have e = 65537 and at least ``min_key_bits`` bits
-    (:class:`~unifl.core.errors.WeakKeyError`), every count and value it sends is checked against this
-    party's own state (:class:`~unifl.core.errors.ProtocolViolation`), and every unblinded signature
-    must verify, u^e = FDH(id) mod n (:class:`~unifl.core.errors.SignatureError`): without that a host
+    (:class:`~unifl.core.errors.WeakKeyError`) and prove x ↦ x^e a permutation of Z_n* before any
+    blinded id leaves (:func:`verify_host_key`), every count and value it sends is checked against
+    this party's own state (:class:`~unifl.core.errors.ProtocolViolation`; its digests at most
+    ``max_peer_ids``, the host's declared id count), and every unblinded signature must verify,
+    u^e = FDH(id) mod n (:class:`~unifl.core.errors.SignatureError`): without that a host
     returning another function of the ids could make the guest compute a wrong intersection or
     probe which ids it holds.
     """
     t = timings or Timings()
     pk = check_peer_key(channel.recv("host", f"{prefix}/pk"), min_key_bits)
+    with t.subtask("PSI: check host key (permutation proof)",
+                   "trial division, RSA ModExp (8 e-th powers)"):
+        with t.crypto():
+            verify_host_key(channel, pk, backend, prefix)
     with t.subtask("PSI: hash & blind ids", "FDH, O8 blind (RSA ModExp r^e, ModMult)"):
         with t.crypto():
             hashed = full_domain_hash(ids, pk.n)
+            rsa_proof.check_units(pk, hashed, "hashed id")
             blinded, rs = pk.blind(hashed, backend)
     channel.send("host", f"{prefix}/blinded", np.array(_ints_to_u64(blinded, pk.n)))
     signed_arr = channel.recv("host", f"{prefix}/signed")
@@ -141,6 +189,8 @@ def psi_host(channel: Channel, ids: list[str], backend: Backend | None,
         with t.crypto():
             pk, sk = rsa.keygen(key_bits)
     channel.send("guest", f"{prefix}/pk", pk)
+    with t.subtask("PSI: prove key (permutation proof)", "O7 RSA private op (CRT, 8 roots)"):
+        prove_key(channel, sk, backend, prefix)
     with t.subtask("PSI: sign own ids", "FDH, O7 RSA private op (CRT), H2"):
         with t.crypto():
             own = sk.raw_decrypt(full_domain_hash(ids, pk.n), backend)
@@ -231,14 +281,30 @@ def party_ids(role: str, job: dict, data_dir: str | None) -> list[str]:
 
 def intersect(role: str, job: dict, channel: Channel, backend: Backend | None, ids: list[str],
               timings: Timings) -> list[str]:
-    """Run the PSI for this role (guest = client, host = server)."""
+    """Run the PSI for this role (guest = client, host = server).
+
+    With ``max_ids`` declared, this party's own ids must not exceed its count (ConfigError) and
+    the peer may enter at most its declared count (the host's digests, the guest's blinded values;
+    ProtocolViolation): the sizes come from the job, not from the peer."""
+    p = _psi_params(job)
+    if role not in ("guest", "host"):
+        raise ConfigError("PSI runs between guest and host only")
+    peer = "host" if role == "guest" else "guest"
     # this party's own setting: the host's key size, and the guest's floor for the host's key
-    bits = _psi_params(job).rsa_key_bits(job["key_bits"])
+    bits = p.rsa_key_bits(job["key_bits"])
+    limit = MAX_PEER_IDS
+    if p.max_ids is not None:
+        own_max, peer_max = getattr(p.max_ids, role), getattr(p.max_ids, peer)
+        if len(ids) > own_max:
+            raise ConfigError(f"PSI: {role} has {len(ids)} ids, the job declares at most "
+                              f"{own_max} (params.max_ids.{role})")
+        limit = min(limit, peer_max)
+    else:
+        log.warning("%s: the job declares no id counts (params.max_ids): the %s may enter up to "
+                    "%d ids, ids it does not hold included", role, peer, MAX_PEER_IDS)
     if role == "guest":
-        return psi_guest(channel, ids, backend, timings, min_key_bits=bits)
-    if role == "host":
-        return psi_host(channel, ids, backend, bits, timings)
-    raise ConfigError("PSI runs between guest and host only")
+        return psi_guest(channel, ids, backend, timings, min_key_bits=bits, max_peer_ids=limit)
+    return psi_host(channel, ids, backend, bits, timings, max_peer_ids=limit)
 
 
 def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,

@@ -22,8 +22,11 @@ guest G and host H:
            gradient, and nothing the peer claims sizes the mask), re-randomised (obfuscate) and sent
            to the key owner -- the other party.
 4. each:   decrypts the peer's masked gradient (O2) -- only a request of the peer's gradient shape,
-           at scale 0, holding none of its own ciphertexts -- and returns the residues; the owner
-           subtracts R mod n, decodes centred and scales by 2^-s.
+           at scale 0, holding none of its own ciphertexts -- and returns each residue m with the
+           randomness r its key recovers (verifiable decryption, :mod:`unifl.phe_sdk.opening`);
+           the requester checks (1 + m·n)·r^n ≡ c for the ciphertext c it sent, then subtracts
+           R mod n, decodes centred and scales by 2^-s.  A key owner that returns anything but
+           the decryption is caught (:class:`~unifl.core.errors.DecryptionProofError`).
 
 **Streaming.**  Steps 1–2 and the product of step 3 run per chunk of ``chunk_rows`` rows of the
 batch (:mod:`unifl.app.chunks`: chunk k, its row range, the ciphertexts, then an end marker, each
@@ -47,8 +50,9 @@ can still obtain without zero-knowledge proofs.
 
 **With an arbiter** (FLASH A.2, FATE's coordinated LR/LinR): the arbiter generates the key pair A
 and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d']]_A (re-randomised); both
-compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues; the
-arbiter decrypts a request only in the gradient shape both parties announced, each ciphertext once.
+compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues with
+their randomness, which each party checks as above; the arbiter decrypts a request only in the
+gradient shape both parties announced, each ciphertext once.
 
 **Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, in chunks, as in
 FATE's prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are
@@ -57,7 +61,8 @@ never revealed this way.
 Early stop: after each epoch the host sends ||Δw_h||² (its weight change over the epoch) and the
 guest stops when sqrt(||Δw_g||² + ||Δw_h||²) < tol, deterministic so the plaintext reference
 (:func:`unifl.app.reference.vertical_reference`) takes the same decision.  Each party writes a
-per-epoch JSON checkpoint (weights, epoch, batch-schedule state; fsynced) and can resume from it:
+per-epoch JSON checkpoint (:mod:`unifl.app.checkpoint`: weights, epoch, batch-schedule state;
+fsynced, never written through a link) and can resume from it:
 after each epoch the guest saves and says so, the host saves and acknowledges, and only then does
 the next epoch start; a file keeps the state before too, and on resume the parties take the latest
 epoch both have saved.
@@ -66,10 +71,8 @@ epoch both have saved.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -79,10 +82,9 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend
-from ..core.errors import (ConfigError, KeyMismatchError, ProtocolViolation, SerializationError,
-                           WeakKeyError)
-from ..phe_sdk import EncryptedArray, paillier
-from . import psi, synthetic
+from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
+from ..phe_sdk import EncryptedArray, opening, paillier
+from . import checkpoint, psi, synthetic
 from .alignment import check_alignment as _check_alignment
 from .alignment import ids_digest as _ids_digest
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
@@ -97,8 +99,8 @@ from .timing import Advance, Timings, progress_bar
 
 __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradient",
            "unmask_gradient",
-           "SentCiphertexts", "decrypt_masked", "save_checkpoint", "load_checkpoint",
-           "agree_start", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
+           "SentCiphertexts", "ShareBound", "check_request", "decrypt_masked", "open_masked",
+           "check_opened", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
 
 log = logging.getLogger("unifl.app.vertical")
 
@@ -263,9 +265,9 @@ class SentCiphertexts:
         return int(1 + np.count_nonzero(self._sorted[1:] != self._sorted[:-1]))
 
 
-def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
-                   sent: SentCiphertexts | None = None, record: bool = False) -> list[int]:
-    """The key owner's step 4: the masked residues to return, after checking the request.
+def check_request(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                  sent: SentCiphertexts | None = None, record: bool = False) -> EncryptedArray:
+    """The key owner's checks on a decryption request (step 4), before any decryption.
 
     A request is decrypted only if it is an encrypted array under this party's key, of exactly
     ``shape`` (the requester's feature count, agreed at job start; every batch has more rows than
@@ -291,92 +293,104 @@ def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
     if sent is not None and (i := sent.first_seen(arr, record)) is not None:
         raise ProtocolViolation(f"decryption request element #{i} is a ciphertext this party sent "
                                 "itself or already decrypted; refused (it would hand back this party's own data)")
-    return arr.decrypt_residues(sk)
+    return arr
 
 
-# ------------------------------------------------------------------ checkpoints
-CHECKPOINT_VERSION = 2
+def decrypt_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                   sent: SentCiphertexts | None = None, record: bool = False) -> list[int]:
+    """The masked residues of a request that passes :func:`check_request` (no proof attached;
+    the protocol sends :func:`open_masked`)."""
+    return check_request(arr, sk, shape, sent, record).decrypt_residues(sk)
 
 
-def _checkpoint_path(p: VerticalParams, job: dict, role: str) -> Path | None:
-    if not p.checkpoint_dir:
-        return None
-    return Path(p.checkpoint_dir) / f"{job['job_id']}_{job['algorithm']}_{role}.json"
+# ------------------------------------------------------------------ verifiable decryption
+def open_masked(arr: object, sk: paillier.PrivateKey, shape: tuple[int, ...],
+                sent: SentCiphertexts | None = None, record: bool = False) -> dict[str, list[int]]:
+    """The key owner's reply to a decryption request that passes :func:`check_request`: every
+    masked residue m with the randomness r its key recovers, ``{"m": [...], "r": [...]}``, so the
+    requester can check (1 + m·n)·r^n ≡ c before using m (:func:`check_opened`;
+    :mod:`unifl.phe_sdk.opening` has the math and why r tells nothing beyond m)."""
+    m, r = opening.open_array(check_request(arr, sk, shape, sent, record), sk)
+    return {"m": m, "r": r}
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:       # a platform without directory handles: the replace is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def check_opened(masked: EncryptedArray, reply: object) -> list[int]:
+    """The requester's check of the key owner's reply to ``masked`` (the request it sent): the
+    masked residues, only once every one opens its ciphertext.
+
+    Without it a key owner could return v + δ for any δ of its choosing, and the requester would
+    take v − R + δ as its gradient: a guest could steer the host's weights to C·e_j and read the
+    host's feature column j off the test predictions.
+
+    Raises:
+        ProtocolViolation: the reply is not ``{"m": list, "r": list}``.
+        DecryptionProofError: a value does not open its ciphertext (or is out of range).
+    """
+    if not isinstance(reply, dict) or set(reply) != {"m", "r"} or \
+            not isinstance(reply["m"], list) or not isinstance(reply["r"], list):
+        got = sorted(reply) if isinstance(reply, dict) else type(reply).__name__
+        raise ProtocolViolation(f"decryption reply must be {{'m': [...], 'r': [...]}} (the "
+                                f"plaintexts and their randomness), got {got}")
+    return opening.check_opening(masked, reply["m"], reply["r"])
 
 
-def save_checkpoint(path: Path | None, w: np.ndarray, epoch: int, seed: int, stopped: bool,
-                    previous: tuple[int, np.ndarray, bool] | None = None) -> None:
-    """Weights after ``epoch`` completed epochs (and the state before it, ``previous``, so that a
-    party one save ahead of its peer can still resume from their common epoch), durably: a temp
-    file written, flushed and fsynced, atomically renamed, and the directory fsynced."""
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    states = [{"epoch": int(epoch), "weights": w.tolist(), "stopped": bool(stopped)}]
-    if previous is not None and previous[0] < epoch:
-        states.append({"epoch": int(previous[0]), "weights": np.asarray(previous[1]).tolist(),
-                       "stopped": bool(previous[2])})
-    text = json.dumps({"unifl_checkpoint": CHECKPOINT_VERSION, "rng": {"seed": seed},
-                       "states": states})
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint
-    _fsync_dir(path.parent)
+# ------------------------------------------------------------------ residual bound
+class ShareBound:
+    """The plaintext side of the residual bound for one batch, from one party's view.
 
+    d' = s_own + s_peer row by row (guest: s_own = u, s_peer = z_h; host the other way round), and
+    the decrypted gradient is g = Xᵀd' = Xᵀs_own + Xᵀs_peer.  Verifiable decryption makes g the
+    true product of this party's X with what the peer contributed, but the peer chooses its share:
+    a malicious guest picks u to steer the host's weights (and reads the result off the test
+    predictions).  With every |s_peer,i| <= bound, each coordinate obeys
+    |(Xᵀs_peer)_j| <= bound·Σ_i|X_ij|: the party accumulates Xᵀs_own and Σ_i|X_ij| chunk by chunk
+    (plaintext, d floats per chunk) and refuses a gradient that breaks it.  It is a necessary
+    condition only: a share concentrated on few rows passes as long as every coordinate fits
+    (docs/app.md says exactly what passes).  The party's own share is held to the same bound
+    before it is encrypted, so an honest party is never refused by an honest peer.
+    """
 
-def load_checkpoint(path: Path | None, dim: int, seed: int
-                    ) -> dict[int, tuple[np.ndarray, bool]]:
-    """The saved states {epoch: (weights, stopped)} (empty without a checkpoint)."""
-    if path is None or not path.is_file():
-        return {}
-    try:
-        obj = json.loads(path.read_text())
-        ck_seed = int(obj["rng"]["seed"])
-        if obj.get("unifl_checkpoint") == 1:      # one state, written before version 2
-            raw = [{"epoch": obj["epoch"], "weights": obj["weights"], "stopped": obj["stopped"]}]
-        else:
-            raw = obj["states"]
-        states = {int(s["epoch"]): (np.array(s["weights"], dtype=np.float64), bool(s["stopped"]))
-                  for s in raw}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SerializationError(f"checkpoint {path} is malformed: {exc}") from exc
-    for w, _ in states.values():
-        if w.shape != (dim,) or ck_seed != seed:
-            raise ConfigError(f"checkpoint {path} belongs to another model (shape {w.shape}, "
-                              f"seed {ck_seed}); expected ({dim},), seed {seed}")
-    return states
+    def __init__(self, dim: int, bound: float | None, role: str, peer: str) -> None:
+        self.bound, self.role, self.peer = bound, role, peer
+        self.own = np.zeros(dim)
+        self.abs_sum = np.zeros(dim)
 
+    def add(self, Xc: np.ndarray, own_share: np.ndarray) -> None:
+        """Account for one chunk: its features and this party's share of its rows.
 
-def agree_start(own: dict[int, bool], peer: dict[int, bool]) -> int:
-    """The epoch both parties resume from: the latest one both have saved (0 when neither has a
-    checkpoint).  Both compute it from the same two lists, so they agree."""
-    if not own and not peer:
-        return 0
-    common = set(own) & set(peer)
-    if not common:
-        raise ConfigError(f"the parties' checkpoints have no common epoch (this party "
-                          f"{sorted(own)}, the peer {sorted(peer)}): checkpoints or data differ")
-    e = max(common)
-    if own[e] != peer[e]:
-        raise ConfigError(f"the parties' checkpoints disagree on stopping at epoch {e}: "
-                          "checkpoints or data differ")
-    return e
+        Raises:
+            ConfigError: this party's own share exceeds the bound (raise params.residual_bound).
+        """
+        if self.bound is None:
+            return
+        peak = float(np.abs(own_share).max()) if len(own_share) else 0.0
+        if not peak <= self.bound:
+            raise ConfigError(f"{self.role}: its share of the residual reaches |{peak:.6g}|, "
+                              f"beyond params.residual_bound = {self.bound:g} (the peer would "
+                              "refuse the gradient); raise the bound or check the data")
+        self.own += np.asarray(Xc, np.float64).T @ own_share
+        self.abs_sum += np.abs(Xc).sum(axis=0)
+
+    def check(self, g: np.ndarray) -> None:
+        """Refuse a decrypted gradient ``g`` = Xᵀd' (unscaled) whose peer part breaks the bound.
+
+        Raises:
+            ProtocolViolation: naming the first coordinate out of bound.
+        """
+        if self.bound is None:
+            return
+        peer_part = g - self.own
+        # slack for the fixed-point encoding of X (2^-24) and of the shares (2^-scale): far below
+        # any deviation worth refusing
+        limit = self.bound * self.abs_sum * (1 + 1e-6) + 1e-6 * (np.abs(self.own) + 1.0)
+        over = np.abs(peer_part) > limit
+        if over.any():
+            j = int(np.argmax(over))
+            raise ProtocolViolation(
+                f"{self.role}: the {self.peer}'s part of gradient coordinate {j} is "
+                f"{peer_part[j]:.6g}, beyond residual_bound·Σ|X| = {limit[j]:.6g}: no share with "
+                f"every |value| <= {self.bound:g} gives it (the {self.peer} steers this party's "
+                "model)")
 
 
 # ------------------------------------------------------------------ the parties
@@ -402,12 +416,13 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
     epoch -- all before any key or ciphertext exists."""
     seed = job["seed"]
     n, dim = src.n_train, src.dim
-    ck = _checkpoint_path(p, job, role)
-    states = load_checkpoint(ck, dim, seed) if p.resume else {}
+    ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], role)
+    states = checkpoint.load(ck, dim, seed) if p.resume else {}
     channel.send(peer, "vfl/start", {"n": int(n), "n_test": int(src.n_test), "dim": int(dim),
                                      "batch_size": int(p.batch_size),
                                      "chunk_rows": int(p.chunk_rows),
                                      "scale_bits": int(p.scale_bits),
+                                     "residual_bound": p.residual_bound,
                                      "epochs": [[e, st] for e, (_, st) in sorted(states.items())]})
     theirs = channel.recv(peer, "vfl/start")
     try:
@@ -441,18 +456,21 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
         log.warning("%s: the job declares no feature counts (params.features): %s's claim of %d "
                     "is bounded only by the batch size", role, peer, peer_dim)
     check_peer_scale(role, peer, p.scale_bits, theirs.get("scale_bits"))
+    if theirs.get("residual_bound") != p.residual_bound:
+        raise ConfigError(f"{role}: {peer} runs residual_bound {theirs.get('residual_bound')!r}, "
+                          f"{role} {p.residual_bound!r}; both parties must run the same")
     d_g, d_h = (dim, peer_dim) if role == "guest" else (peer_dim, dim)
     min_rows = vertical_min_rows(d_g, d_h)
     check_schedule(n, p.batch_size, min_rows,
                    f"guest {d_g} features with the intercept, host {d_h}")
-    start = agree_start({e: st for e, (_, st) in states.items()}, peer_states)
+    start = checkpoint.agree_start({e: st for e, (_, st) in states.items()}, peer_states)
     previous: tuple[int, np.ndarray, bool] | None
     if start in states:
         w, stopped = states[start]
         previous = (start, w, stopped)
     else:
         w, stopped = np.zeros(dim), False
-        save_checkpoint(ck, w, 0, seed, False)      # so a crash before the first ack can resume
+        checkpoint.save(ck, w, 0, seed, False)      # so a crash before the first ack can resume
         previous = (0, w, False) if ck is not None else None
     if arbiter:
         channel.send("arbiter", "vfl/dims", {"guest": d_g, "host": d_h})
@@ -466,7 +484,7 @@ def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | Non
     before too, so whichever party stops in between, both still share an epoch to resume from."""
     done = epoch + 1
     if role == "guest":
-        save_checkpoint(ck, w, done, seed, stopped, s.previous)
+        checkpoint.save(ck, w, done, seed, stopped, s.previous)
         channel.send(peer, f"vfl/e{epoch}/saved", done)
         ack = channel.recv(peer, f"vfl/e{epoch}/saved_ack")
         if ack != done:
@@ -475,7 +493,7 @@ def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | Non
         said = channel.recv(peer, f"vfl/e{epoch}/saved")
         if said != done:
             raise ProtocolViolation(f"host: guest saved epoch {said!r}, expected {done}")
-        save_checkpoint(ck, w, done, seed, stopped, s.previous)
+        checkpoint.save(ck, w, done, seed, stopped, s.previous)
         channel.send(peer, f"vfl/e{epoch}/saved_ack", done)
     if ck is not None:
         s.previous = (done, w.copy(), stopped)
@@ -516,12 +534,15 @@ def _gradient_round(channel: Channel, t: Timings, tag: str, acc: EncryptedArray,
     if not arbiter:
         assert sk_own is not None           # two-party: this party's own key pair
         peer_masked = channel.recv(peer, f"{tag}/masked_{other}")
-        with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec"):
+        with t.subtask("VFL: decrypt peer's masked gradient", "O2 dec, open r"):
             with t.crypto():
-                vals = decrypt_masked(peer_masked, sk_own, peer_shape, sent)
-        channel.send(peer, f"{tag}/plain_{other}", vals)
+                reply = open_masked(peer_masked, sk_own, peer_shape, sent)
+        channel.send(peer, f"{tag}/plain_{other}", reply)
     back = channel.recv(key_owner, f"{tag}/plain_{own}")
-    return unmask_gradient(back, r, scale, masked.public_key.n)
+    with t.subtask("VFL: check decryption", "O1 re-encrypt (r^n)"):
+        with t.crypto():
+            values = check_opened(masked, back)
+    return unmask_gradient(values, r, scale, masked.public_key.n)
 
 
 def _expect(obj: object, key: paillier.PublicKey, shape: tuple, what: str, scale: int
@@ -595,7 +616,7 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     if src.train(np.zeros(0, np.int64))[1] is None:
         raise ConfigError("guest: its data has no label column (the guest holds the labels)")
-    ck = _checkpoint_path(p, job, "guest")
+    ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "guest")
     s = _handshake("guest", "host", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
     sent = None if arbiter else SentCiphertexts()
@@ -626,11 +647,13 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
                 tag = f"vfl/e{epoch}/b{bi}"
                 bounds = chunk_bounds(len(b), p.chunk_rows)
                 acc: EncryptedArray | None = None
+                share = ShareBound(s.dim, p.residual_bound, "guest", "host")
                 for k, (lo, hi) in enumerate(bounds):
                     Xc, yc = src.train(take_rows(b, lo, hi))
                     assert yc is not None                   # checked above: the guest's labels
                     zg = row_dot(Xc, w)
                     u = zg - 2.0 * (2.0 * yc - 1.0) if task == "lr" else zg - yc
+                    share.add(Xc, u)
                     if not arbiter:
                         assert pk_own is not None and sent is not None   # own key pair
                         with t.subtask("VFL: encrypt forward", "O1 enc"):
@@ -659,6 +682,7 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
                 assert acc is not None                      # every batch has rows
                 g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
                                     own="g", peer="host", arbiter=arbiter)
+                share.check(g)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = g * factor / len(b) + p.l2 * src.l2_mask * w
                     w = w - p.learning_rate * grad
@@ -709,7 +733,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
                 arbiter: bool) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
-    ck = _checkpoint_path(p, job, "host")
+    ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "host")
     s = _handshake("host", "guest", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
     sent = None if arbiter else SentCiphertexts()
@@ -734,9 +758,11 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
                 tag = f"vfl/e{epoch}/b{bi}"
                 bounds = chunk_bounds(len(b), p.chunk_rows)
                 acc: EncryptedArray | None = None
+                share = ShareBound(s.dim, p.residual_bound, "host", "guest")
                 for k, (lo, hi) in enumerate(bounds):
                     Xc, _ = src.train(take_rows(b, lo, hi))
                     zh = row_dot(Xc, w)
+                    share.add(Xc, zh)
                     with t.subtask("VFL: encrypt forward", "O1 enc"):
                         with t.crypto():
                             enc_zh = EncryptedArray.encrypt(pk_own, zh, scale_bits=p.scale_bits,
@@ -764,6 +790,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
                 assert acc is not None                      # every batch has rows
                 g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
                                     own="h", peer="guest", arbiter=arbiter)
+                share.check(g)
                 with t.subtask("VFL: unmask & update", "plaintext"):
                     grad = g * factor / len(b) + p.l2 * w
                     w = w - p.learning_rate * grad
@@ -822,10 +849,10 @@ def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
             for party, src_tag, dst_tag in (("guest", "masked_g", "plain_g"),
                                             ("host", "masked_h", "plain_h")):
                 arr = channel.recv(party, f"{tag}/{src_tag}")
-                with t.subtask("VFL: decrypt masked gradients", "O2 dec"):
+                with t.subtask("VFL: decrypt masked gradients", "O2 dec, open r"):
                     with t.crypto():
-                        vals = decrypt_masked(arr, sk, (d[party],), decrypted, record=True)
-                channel.send(party, f"{tag}/{dst_tag}", vals)
+                        reply = open_masked(arr, sk, (d[party],), decrypted, record=True)
+                channel.send(party, f"{tag}/{dst_tag}", reply)
     return {"metrics": {}, "model": {}}
 
 

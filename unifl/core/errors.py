@@ -124,3 +124,9 @@ class BenchmarkWorkerError(UniflError, RuntimeError):
     """A benchmark measured in another interpreter (``python -m unifl.bench.worker``, e.g. FATE's kit
     in FATE's own virtual environment) failed, timed out or broke the one-JSON-document-on-stdout
     protocol; the message has the command's exit status and the end of its stderr."""
+
+
+class DecryptionProofError(UniflError, ValueError):
+    """A decryption returned by a key owner does not open its ciphertext: the randomness r sent
+    with plaintext m fails (1 + m·n)·r^n ≡ c (mod n²), or a value is out of range.  The key owner
+    returned something other than the decryption (it is never used)."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -68,16 +69,26 @@ _FLOAT64_LIMIT = 1 << 1024
 
 __all__ = ["keygen", "SK", "PK", "Coder", "FV", "EV", "evaluator", "FLOAT_BITS", "MAX_SCALE"]
 
-_keys: dict[int, paillier.PublicKey] = {}
+#: the most UniFL PublicKeys kept for the moduli seen (least recently used dropped first): PKs
+#: unpickled from a peer with ever new moduli must not grow this process without bound.  A job
+#: uses two or three keys; an entry is a few KiB of Montgomery constants (a backend's per-key
+#: state is held weakly and goes with the last PK using it)
+MAX_KEYS = 64
+_keys: OrderedDict[int, paillier.PublicKey] = OrderedDict()
 _keys_lock = threading.Lock()
 
 
 def _public_key(n: int) -> paillier.PublicKey:
-    """One UniFL PublicKey per modulus per process (unpickling a PK many times stays cheap)."""
+    """One UniFL PublicKey per modulus per process while it is among the MAX_KEYS most recently
+    used (unpickling a PK many times stays cheap)."""
     with _keys_lock:
         key = _keys.get(n)
         if key is None:
             key = _keys[n] = paillier.PublicKey(n)
+            while len(_keys) > MAX_KEYS:
+                _keys.popitem(last=False)
+        else:
+            _keys.move_to_end(n)
         return key
 
 
