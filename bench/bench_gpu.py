@@ -53,7 +53,7 @@ from unifl.core import registry  # noqa: E402
 from unifl.base_op import mont_context  # noqa: E402
 from unifl.bench import machine_info, measure  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402
-from unifl.phe_sdk.paillier import _random_limbs  # noqa: E402
+from unifl.phe_sdk.paillier import random_limbs  # noqa: E402
 
 UNIFL_T4 = {"ModMult": 3_294_000, "ModExp": 32_398, "Paillier enc (1024-bit key)": 65_091}
 FAMILIES = ("thread", "group")
@@ -129,11 +129,11 @@ def _paillier_ops(bits: int, nmax: int, groups_only: set[str]) -> dict[str, tupl
     fb = pk.fixed_base
     assert fb is not None
     n_ = pk.n
-    m = _random_limbs(nmax, n_.bit_length(), n_)
-    r = _random_limbs(nmax, n_.bit_length(), n_)
-    yp = _random_limbs(nmax, sk.p.bit_length(), sk.p)
-    yq = _random_limbs(nmax, sk.q.bit_length(), sk.q)
-    a = _random_limbs(nmax, fb.exp_bits)
+    m = random_limbs(nmax, n_.bit_length(), n_)
+    r = random_limbs(nmax, n_.bit_length(), n_)
+    yp = random_limbs(nmax, sk.p.bit_length(), sk.p)
+    yq = random_limbs(nmax, sk.q.bit_length(), sk.q)
+    a = random_limbs(nmax, fb.exp_bits)
     # valid ciphertexts for the decryption rows: 1,024 encrypted on the default CPU backend, tiled
     # to nmax rows (a decryption costs the same whatever the row; encrypting 131,072 on the CPU
     # would take minutes)

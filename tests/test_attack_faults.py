@@ -198,7 +198,7 @@ def rows_for(be, op: str) -> list[dict]:
 def test_encrypt_decrypt_fall_back_mid_run_bit_identical(faulty, exc):
     pk, sk = paillier_keypair(1024)
     be = chain()
-    assert isinstance(be, CountingBackend) and be.selection["chosen"] == "faulty"
+    assert isinstance(be, CountingBackend) and be.selection.chosen == "faulty"
     assert be.chain.links == [be]                      # nothing else started for an honest run
     dev = FaultyNative.instances[0]
     FaultyNative.plan = plan = FaultPlan(exc, at=2, op="paillier_encrypt")
@@ -222,7 +222,7 @@ def test_encrypt_decrypt_fall_back_mid_run_bit_identical(faulty, exc):
     took_over = enc[("native", True)]
     assert took_over["elements"] == 12 and took_over["fallback_from"].startswith("faulty")
     assert failed["elements"] + took_over["elements"] == 18
-    ev, = be.selection["runtime_fallbacks"]
+    ev, = be.selection.runtime_fallbacks
     assert (ev["op"], ev["from"], ev["to"], ev["elements"], ev["scope"]) == \
         ("paillier_encrypt", "faulty", "native", 7, "batch")
     assert be.fallback_events() == [ev]

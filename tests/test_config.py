@@ -171,8 +171,8 @@ def test_registered_but_unavailable_backend_loads_checked_and_is_skipped(far_awa
     with pytest.raises(ValueError, match="must be >= 1"):
         PartyConfig(party="guest", faraway_cfgtest={"lanes": 0})
     be = backend_from_config(cfg)
-    assert be.selection["chosen"] == "cpu"
-    assert "no far-away card" in be.selection["fallback_events"][0]["reason"]
+    assert be.selection.chosen == "cpu"
+    assert "no far-away card" in be.selection.fallback_events[0]["reason"]
 
 
 def test_registered_but_unimportable_backend_loads_and_is_skipped_with_the_reason(far_away):
@@ -183,8 +183,8 @@ def test_registered_but_unimportable_backend_loads_and_is_skipped_with_the_reaso
     with pytest.raises(BackendUnavailable, match="cannot be imported"):
         cfg.options("ghost_cfgtest")
     be = backend_from_config(cfg)
-    assert be.selection["chosen"] == "cpu"
-    assert "unifl_no_such_module_cfgtest" in be.selection["fallback_events"][0]["reason"]
+    assert be.selection.chosen == "cpu"
+    assert "unifl_no_such_module_cfgtest" in be.selection.fallback_events[0]["reason"]
 
 
 def test_job_schema(tmp_path):

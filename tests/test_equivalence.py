@@ -162,10 +162,8 @@ def test_paillier_encrypt_decrypt(be, cpu, bits):
     m_l = pk2.plaintext_limbs(ms[:8])
     a = to_limbs([secrets.randbits(pk2.fixed_base.exp_bits) for _ in range(8)],
                  -(-pk2.fixed_base.exp_bits // 64))
-    ref_fb = P._finish(cpu, pk2, m_l, P._fixed_base_obfuscators(cpu, pk2, a))
-    got = (be.op_paillier_encrypt_fixed_base(pk2.material, m_l, a)
-           if be.implements("paillier_encrypt_fixed_base")
-           else P._finish(be, pk2, m_l, P._fixed_base_obfuscators(be, pk2, a)))
+    ref_fb = P.paillier_encrypt_fixed_base(cpu, pk2.material, m_l, a)     # composed on cpu
+    got = P.paillier_encrypt_fixed_base(be, pk2.material, m_l, a)        # native or composed
     assert np.array_equal(got, ref_fb)
     assert from_limbs(P.decrypt_limbs(be, sk, got)) == ms[:8]
 
@@ -180,3 +178,20 @@ def test_per_element_moduli_and_exponents(be, cpu):
     assert ints.mod_exp(be, base, exps, mods) == [pow(x, e, m) for x, e, m in zip(base, exps, mods)]
     assert ints.mod_mul(be, base, other, mods) == [x * y % m for x, y, m in zip(base, other, mods)]
     assert ints.mont_mul(be, base, other, mods) == ints.mont_mul(cpu, base, other, mods)
+
+
+@pytest.mark.parametrize("owner", [False, True], ids=["public", "key-owner"])
+def test_paillier_encrypt_through_the_obfuscator_pool(be, cpu, owner):
+    """Factors computed ahead on the backend (r^n·R², filled by the public path or the key owner's
+    CRT) and consumed by one MontMult: the same ciphertexts as cpu's direct path for the same r."""
+    _, sk0 = paillier_keypair(1024)
+    sk = P.PrivateKey(sk0.p, sk0.q)
+    pk = sk.public_key
+    ms = [0, 1, pk.n - 1, pk.max_int] + [secrets.randbelow(pk.n) for _ in range(12)]
+    rs = [1, pk.n - 1] + [secrets.randbelow(pk.n - 1) + 1 for _ in range(len(ms) - 2)]
+    ref = pk.raw_encrypt(ms, backend=cpu, r_values=rs)
+    pool = sk.obfuscators(be) if owner else pk.obfuscators(be)
+    pool.clear()                 # one pool per key and backend instance: another test's leftovers
+    pool.fill(r_values=rs)
+    assert (sk if owner else pk).raw_encrypt(ms, backend=be) == ref
+    assert pool.ready() == 0

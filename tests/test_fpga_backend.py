@@ -156,6 +156,11 @@ def test_prebuilt_binary_path(tmp_path):
     m = _modulus(192)                          # 3 limbs: not in the binary
     with pytest.raises(FpgaBuildError, match="montmul_L3.*limb counts \\[4, 8, 16, 32, 64\\]"):
         ints.mont_mul(be, [1], [2], m)
+    # asked at selection time instead of found mid-run (Backend.supports)
+    from unifl.core.backend import Request
+    assert be.supports(Request.paillier(2048))             # 1024, 2048, 4096 bits: 16, 32, 64 limbs
+    no = be.supports(Request.paillier(4096))                # n² of 8192 bits: 128 limbs
+    assert not no and "lacks montmul_L128, mont_exp_L128" in no.reasons[0]
 
 
 def test_wrong_binary_is_refused_with_reason(tmp_path):
@@ -351,7 +356,7 @@ def test_fpga_failing_mid_run_falls_back_bit_identically(monkeypatch):
     from unifl.scheduler import backend_from_config
     _fpga()                                             # skips without an OpenCL device
     be = backend_from_config(PartyConfig(party="guest", backend="fpga", fallback=["cpu"]))
-    assert be.selection["chosen"] == "fpga"
+    assert be.selection.chosen == "fpga"
     ctx = base_op.mont_context(_modulus(1024))
     a = ctx.to_limbs([secrets.randbelow(ctx.m) for _ in range(10)])
     exps = mod_op.exp_limbs([secrets.randbits(64) for _ in range(10)])

@@ -144,8 +144,8 @@ def test_device_owner_encryption_is_one_launch_per_batch(bits):
     mat = sk.material
     n = 4096
     m = pk.plaintext_limbs([secrets.randbelow(pk.n) for _ in range(n)])
-    yp = P._random_limbs(n, sk.p.bit_length(), sk.p)
-    yq = P._random_limbs(n, sk.q.bit_length(), sk.q)
+    yp = P.random_limbs(n, sk.p.bit_length(), sk.p)
+    yq = P.random_limbs(n, sk.q.bit_length(), sk.q)
     gpu.op_paillier_encrypt_owner(mat, m[:2], yp[:2], yq[:2])          # the key blob uploaded
     before = gpu.engine.counters()
     c = gpu.op_paillier_encrypt_owner(mat, m, yp, yq)

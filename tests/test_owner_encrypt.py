@@ -26,6 +26,7 @@ from unifl.backends.gpu.host import GpuHostBackend
 from unifl.backends.native import NativeBackend, _native
 from unifl.base_op import from_limbs, to_limbs
 from unifl.core.errors import KeyMismatchError, OperandError
+from unifl.core.limbs import add_limbs, mod_add_limbs, mod_sub_limbs, sub_limbs
 from unifl.phe_sdk import paillier as P
 from unifl.phe_sdk.array import EncryptedArray
 from unifl.phe_sdk.primes import random_prime
@@ -184,7 +185,7 @@ def test_the_sdk_paths_of_the_key_owner_decrypt_and_are_fresh():
         c = sk.raw_encrypt(ms, backend=name)
         assert len(set(c[:3])) == 3 and sk.raw_decrypt(c, backend=name) == ms
     with pytest.raises(KeyMismatchError):
-        P.encrypt_limbs("native", pk, pk.plaintext_limbs([1]), private_key=_key("2048"))
+        P.encrypt_limbs(unifl.backend("native"), pk, pk.plaintext_limbs([1]), private_key=_key("2048"))
 
 
 # ------------------------------------------------------------------ dispatch and cost per batch
@@ -224,7 +225,7 @@ def test_a_fused_gpu_batch_is_one_launch_one_upload_no_download(bits):
         after = be.engine.counters()
         cost[cls.name] = {k: after[k] - before[k] for k in before}
         assert not c.fetched
-        assert from_limbs(P.decrypt_limbs("native", sk, np.asarray(c))) == from_limbs(m)
+        assert from_limbs(P.decrypt_limbs(unifl.backend("native"), sk, np.asarray(c))) == from_limbs(m)
         assert be.engine.counters()["downloads"] == after["downloads"] + 1
     assert cost["gpu_host"] == {"launches": 1, "uploads": 1, "downloads": 0}
     composed = cost["gpu_host-composed"]
@@ -238,8 +239,8 @@ def test_the_multi_device_wrapper_splits_the_owner_ops_by_rows():
     assert multi.implements("paillier_encrypt_owner")
     mat = sk.material
     m = pk.plaintext_limbs([secrets.randbelow(pk.n) for _ in range(9)])
-    yp = P._random_limbs(9, sk.p.bit_length(), sk.p)
-    yq = P._random_limbs(9, sk.q.bit_length(), sk.q)
+    yp = P.random_limbs(9, sk.p.bit_length(), sk.p)
+    yq = P.random_limbs(9, sk.q.bit_length(), sk.q)
     assert np.array_equal(np.asarray(multi.op_paillier_encrypt_owner(mat, m, yp, yq)),
                           single.op_paillier_encrypt_owner(mat, m, yp, yq))
 
@@ -298,7 +299,7 @@ def test_malformed_owner_arguments_are_refused():
     with pytest.raises(OperandError, match="no DJN fixed base"):
         native.op_paillier_encrypt_owner_fixed_base(mat, m, to_limbs([1, 2], 8))
     with pytest.raises(OperandError, match="no DJN fixed base"):
-        P.paillier_encrypt_owner_fixed_base("cpu", mat, m, to_limbs([1, 2], 8))
+        P.paillier_encrypt_owner_fixed_base(unifl.backend("cpu"), mat, m, to_limbs([1, 2], 8))
     if _gpu_host is not None:
         blob = keys.owner_blob(mat)
         with pytest.raises(ValueError, match="'key' is truncated"):
@@ -320,14 +321,14 @@ def test_malformed_owner_arguments_are_refused():
 
 # ------------------------------------------------------------------ host helpers
 def test_random_limbs_are_uniform_in_range():
-    vals = from_limbs(P._random_limbs(40_000, 3, 5))          # uniform in [1, 5)
+    vals = from_limbs(P.random_limbs(40_000, 3, 5))          # uniform in [1, 5)
     counts = np.bincount(vals, minlength=5)
     assert counts[0] == 0 and all(abs(c - 10_000) < 500 for c in counts[1:])  # > 5 sigma apart
     _, sk = paillier_keypair(1024)
-    ys = from_limbs(P._random_limbs(2000, sk.p.bit_length(), sk.p))
+    ys = from_limbs(P.random_limbs(2000, sk.p.bit_length(), sk.p))
     assert all(0 < y < sk.p for y in ys) and len(set(ys)) == 2000
     assert max(ys).bit_length() == sk.p.bit_length()         # the top limb is drawn too
-    a = from_limbs(P._random_limbs(2000, 512))
+    a = from_limbs(P.random_limbs(2000, 512))
     assert all(0 < x < 1 << 512 for x in a) and max(a).bit_length() == 512
 
 
@@ -339,14 +340,14 @@ def test_host_limb_arithmetic_matches_python_ints():
     xs = edge + [secrets.randbits(64 * L) for _ in range(40)]
     ys = edge[::-1] + [secrets.randbits(64 * L) for _ in range(40)]
     a, b = to_limbs(xs, L), to_limbs(ys, L)
-    s, carry = P._add_limbs(a, b)
+    s, carry = add_limbs(a, b)
     assert from_limbs(s) == [(x + y) % (top + 1) for x, y in zip(xs, ys)]
     assert list(carry) == [x + y > top for x, y in zip(xs, ys)]
-    d, borrow = P._sub_limbs(a, b)
+    d, borrow = sub_limbs(a, b)
     assert from_limbs(d) == [(x - y) % (top + 1) for x, y in zip(xs, ys)]
     assert list(borrow) == [x < y for x, y in zip(xs, ys)]
     xr, yr = [x % m for x in xs], [y % m for y in ys]
     ml = to_limbs([m], L)[0]
     ar, br = to_limbs(xr, L), to_limbs(yr, L)
-    assert from_limbs(P._mod_add_limbs(ar, br, ml)) == [(x + y) % m for x, y in zip(xr, yr)]
-    assert from_limbs(P._mod_sub_limbs(ar, br, ml)) == [(x - y) % m for x, y in zip(xr, yr)]
+    assert from_limbs(mod_add_limbs(ar, br, ml)) == [(x + y) % m for x, y in zip(xr, yr)]
+    assert from_limbs(mod_sub_limbs(ar, br, ml)) == [(x - y) % m for x, y in zip(xr, yr)]

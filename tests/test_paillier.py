@@ -139,17 +139,26 @@ def test_histogram(name):
 @pytest.mark.parametrize("name", BACKENDS)
 def test_pool_and_fixed_base(name):
     _, sk0 = paillier_keypair(1024)
-    sk = P.PrivateKey(sk0.p, sk0.q)            # a fresh key object (its own pool/table)
+    sk = P.PrivateKey(sk0.p, sk0.q)            # a fresh key object (its own fixed-base table)
     pk = sk.public_key
-    pk.precompute(5, backend=name)
-    assert pk.pool_size() == 5
-    c = pk.raw_encrypt([1, 2, 3], backend=name)
-    assert pk.pool_size() == 2 and sk.raw_decrypt(c, backend=name) == [1, 2, 3]
-    c = pk.raw_encrypt([4, 5, 6], backend=name)                # pool too small: fresh r
-    assert pk.pool_size() == 2 and sk.raw_decrypt(c) == [4, 5, 6]
+    be = unifl.backend(name)
+    pool = pk.obfuscators(be)
+    pool.clear()          # one pool per key and backend instance: another test's leftovers
+    s0 = pool.stats()
+    pk.precompute(5, backend=be)
+    assert pk.pool_size(be) == 5
+    c = pk.raw_encrypt([1, 2, 3], backend=be)
+    assert pk.pool_size(be) == 2 and sk.raw_decrypt(c, backend=name) == [1, 2, 3]
+    c = pk.raw_encrypt([4, 5, 6], backend=be)       # pool too small: its 2 factors, then a fresh r
+    assert pk.pool_size(be) == 0 and sk.raw_decrypt(c) == [4, 5, 6]
+    s1 = pool.stats()
+    assert (s1.filled - s0.filled, s1.hits - s0.hits, s1.misses - s0.misses) == (5, 5, 1)
     fb = pk.enable_fixed_base(window=4, backend=name)
     assert fb.exp_bits == 512
-    pk._pool.clear()
+    pk.precompute(3, backend=be)                    # factors of the fixed base, used once each
+    c = pk.raw_encrypt([7, 8, pk.n - 1], backend=be)
+    assert len(set(c)) == 3 and sk.raw_decrypt(c, backend=name) == [7, 8, pk.n - 1]
+    assert pk.pool_size(be) == 0
     c = pk.raw_encrypt([7, 8, pk.n - 1], backend=name)
     assert len(set(c)) == 3 and sk.raw_decrypt(c, backend=name) == [7, 8, pk.n - 1]
     with pytest.raises(unifl.WeakKeyError):
@@ -211,7 +220,7 @@ def test_key_owner_fixed_base_goes_through_the_crt(name):
     pk.enable_fixed_base(window=5, backend=be)
     ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(5)]
     m = pk.plaintext_limbs(ms)
-    a = P._random_limbs(len(ms), pk.fixed_base.exp_bits)
+    a = P.random_limbs(len(ms), pk.fixed_base.exp_bits)
     owner = P.paillier_encrypt_owner_fixed_base(be, sk.material, m, a)
     public = P.paillier_encrypt_fixed_base(be, pk.material, m, a)
     assert np.array_equal(np.asarray(owner), np.asarray(public))

@@ -138,7 +138,7 @@ def test_party_yaml_selects_and_configures_the_plugin_bit_identical_to_cpu(plugi
         """))
     assert cfg.backend_options("acme") == {"reduction": "redc"}
     be = backend_from_config(cfg)
-    assert be.selection["chosen"] == "acme" and not be.selection["fallback_events"]
+    assert be.selection.chosen == "acme" and not be.selection.fallback_events
     assert be.inner.name == "acme" and be.inner.options.reduction == "redc"
 
     pk, sk = paillier_keypair(1024)
@@ -201,8 +201,8 @@ def test_broken_plugin_is_unavailable_with_the_reason_and_skipped(plugins):
         fallback: [cpu]
         acme_card: {anything: 1}
         """)))
-    assert be.selection["chosen"] == "cpu"
-    assert "libacme_card.so" in be.selection["fallback_events"][0]["reason"]
+    assert be.selection.chosen == "cpu"
+    assert "libacme_card.so" in be.selection.fallback_events[0]["reason"]
     # a class whose name disagrees with its entry point is not taken either
     assert "must agree" in registry.probe("acme_misnamed").reason
 

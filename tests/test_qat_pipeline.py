@@ -207,7 +207,7 @@ def test_qat_failing_mid_run_falls_back_bit_identically(sim, monkeypatch):
     sim()                                                   # a fresh simulator session
     monkeypatch.setenv("UNIFL_QAT_LIBRARY", "simulator")
     be = backend_from_config(PartyConfig(party="guest", backend="qat", fallback=["native"]))
-    assert be.selection["chosen"] == "qat"
+    assert be.selection.chosen == "qat"
     dead = be.inner.session()
     dead.close(0.0)
     monkeypatch.setattr(be.inner, "session", lambda: dead)

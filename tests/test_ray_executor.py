@@ -97,7 +97,7 @@ def nodes_of(rows: list[dict]) -> set[str]:
 def test_every_op_is_bit_identical_to_cpu_with_pieces_on_both_nodes(cluster, private_key_ops):
     be = backend_from_config(ray_config(cluster, private_key_ops=private_key_ops))
     try:
-        assert isinstance(be, RayBackend) and len(be.selection["ray"]["nodes"]) == 2
+        assert isinstance(be, RayBackend) and len(be.selection.ray["nodes"]) == 2
         # the secret ops last: once a modulus served a secret op it is treated as secret, and the
         # generators share their moduli
         for op in sorted(OPS, key=lambda o: o in SECRET_OPS):
@@ -139,7 +139,7 @@ def test_the_report_names_node_and_worker_of_each_piece(ray_be):
     assert _same(mod_op.mod_exp(ray_be, ctx, a, e), mod_op.mod_exp(CPU, ctx, a, e))
     rows = [r for r in ray_be.report() if r["op"] == "mod_exp"]
     assert sorted(r["elements"] for r in rows) == [32, 32]
-    node_ids = {n[:8] for n in ray_be.selection["ray"]["nodes"]}
+    node_ids = {n[:8] for n in ray_be.selection.ray["nodes"]}
     for r in rows:
         worker, node, ip, backend = r["device"].split(" · ")
         assert worker.startswith("ray worker ") and node.split()[1] in node_ids
@@ -236,7 +236,7 @@ def test_a_worker_killed_mid_batch_has_its_piece_rerun_on_another(cluster, caplo
         assert rows[victim.device]["calls"] == 0 and rows[victim.device]["failed_elements"] == 300
         own, = be.worker_reports().values()
         assert sum(r["elements"] for r in own if r["op"] == "mod_exp") == 600
-        assert be.selection["ray"]["live"] == 1 and be.lost_workers()[0]["worker"] == victim.device
+        assert be.selection.ray["live"] == 1 and be.lost_workers()[0]["worker"] == victim.device
         assert any("1 of 2 devices left" in r.getMessage() for r in caplog.records)
         # the next batch goes whole to the survivor
         ctx2, a2, e2 = _slow_batch(40)
@@ -288,7 +288,7 @@ def test_a_local_instance_listens_on_the_loopback_only():
         "from unifl.scheduler import backend_from_config\n"
         "be = backend_from_config(PartyConfig.model_validate({'party': 'guest', 'executor': 'ray',"
         " 'ray': {'address': None, 'workers': 1, 'start_timeout_s': 60}}))\n"
-        "print(be.selection['ray']['gcs_address'], be.proxies[0].info['node_ip'])\n"
+        "print(be.selection.ray['gcs_address'], be.proxies[0].info['node_ip'])\n"
         "be.close()\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -61,8 +61,8 @@ def test_unavailable_backend_falls_back_with_reason(caplog):
     with caplog.at_level(logging.WARNING, logger="unifl.scheduler"):
         be = backend_from_config(cfg)
     sel = be.selection
-    assert sel["requested"] == cfg.backend and sel["chosen"] == "native"
-    assert sel["fallback_events"][0]["backend"] == cfg.backend and sel["fallback_events"][0]["reason"]
+    assert sel.requested == cfg.backend and sel.chosen == "native"
+    assert sel.fallback_events[0]["backend"] == cfg.backend and sel.fallback_events[0]["reason"]
     assert any("not used" in r.message and cfg.backend in r.message for r in caplog.records)
     assert isinstance(be, CountingBackend) and be.inner.name == "native"
 
@@ -70,8 +70,8 @@ def test_unavailable_backend_falls_back_with_reason(caplog):
 def test_failure_at_start_and_wrong_self_test_fall_back(fake_backends):
     be = backend_from_config(PartyConfig(party="host", backend="broken_start",
                                          fallback=["wrong_answers", "cpu"]))
-    events = be.selection["fallback_events"]
-    assert be.selection["chosen"] == "cpu"
+    events = be.selection.fallback_events
+    assert be.selection.chosen == "cpu"
     assert "driver said no" in events[0]["reason"]
     assert events[1]["backend"] == "wrong_answers" and "self-test" in events[1]["reason"]
 
@@ -86,16 +86,16 @@ def test_auto_ranks_by_calibration_and_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("UNIFL_CALIBRATION_CACHE", str(tmp_path / "cal.json"))
     calibrate.clear_memory_cache()
     be = backend_from_config(PartyConfig(party="guest", backend="auto", fallback=["cpu"]))
-    ranking = be.selection["ranking"]
+    ranking = be.selection.ranking
     assert [n for n, _ in ranking] and set(n for n, _ in ranking) <= set(registry.available())
     assert [s for _, s in ranking] == sorted(s for _, s in ranking)
-    assert be.selection["chosen"] == ranking[0][0]
+    assert be.selection.chosen == ranking[0][0]
     assert (tmp_path / "cal.json").is_file()
     # cached: a second run (fresh process memory, same disk cache) measures nothing
     calibrate.clear_memory_cache()
     monkeypatch.setattr(calibrate, "measure", lambda *a, **k: pytest.fail("measured again"))
     again = backend_from_config(PartyConfig(party="guest", backend="auto", fallback=["cpu"]))
-    assert again.selection["ranking"] == ranking
+    assert again.selection.ranking == ranking
 
 
 def _multi(kind: str):
@@ -247,7 +247,7 @@ def test_thread_executor_raises_only_after_every_piece_ended():
 def test_two_fpga_devices_split_a_batch_bit_identically():
     # FLASH's multi-accelerator layout on two OpenCL device instances (PoCL here stands in)
     be = backend_from_config(PartyConfig(party="guest", backend="fpga", devices=[{}, {}]))
-    assert isinstance(be, MultiDeviceBackend) and be.selection["chosen"] == "fpga"
+    assert isinstance(be, MultiDeviceBackend) and be.selection.chosen == "fpga"
     m = random_odd_modulus(1024)
     ctx = base_op.mont_context(m)
     a = ctx.to_limbs([secrets.randbelow(m) for _ in range(40)])
@@ -318,3 +318,47 @@ def test_devices_all_means_one_instance_per_device_for_one_device_backends():
         for store in (registry._classes, registry._probes, registry._instances):
             store.pop("one_card_each", None)
         registry._explicit.discard("one_card_each")
+
+
+class _NarrowCard(Backend):
+    """A card whose kernels take moduli of at most 2048 bits: enough for 1024-bit keys (n² of 2048
+    bits), not for 2048-bit ones."""
+
+    name = "narrow_card"
+    native_ops = frozenset({"mont_mul"})
+    max_modulus_bits = 2048
+
+    def op_mont_mul(self, ctx, a, b):
+        if ctx.bits > 2048:
+            raise AssertionError("a modulus the card refused at selection reached it")
+        return unifl.backend("cpu").op_mont_mul(ctx, a, b)
+
+
+@pytest.fixture
+def narrow_card():
+    registry.register("narrow_card", _NarrowCard)
+    yield
+    for table in (registry._classes, registry._probes, registry._instances):
+        table.pop("narrow_card", None)
+    registry._explicit.discard("narrow_card")
+
+
+def test_selection_asks_each_backend_whether_it_serves_the_party(narrow_card):
+    from unifl.core.backend import Request, Support
+    req = Request.paillier(2048)
+    assert req.modulus_bits == {1024, 2048, 4096} and req.limb_counts() == [16, 32, 64]
+    no = _NarrowCard().supports(req)
+    assert not no and no == Support(False, ("moduli of 4096 bits exceed its limit of 2048 bits",))
+    assert _NarrowCard().supports(Request.paillier(1024))
+    assert not _NarrowCard().supports(Request(ops=frozenset({"mont_frobnicate"})))
+    be = backend_from_config(PartyConfig(party="guest", backend="narrow_card", fallback=["cpu"],
+                                         key_bits=2048))
+    sel = be.selection
+    assert sel.chosen == "cpu" and "does not serve this party's requests" in \
+        sel.fallback_events[0]["reason"] and "4096 bits" in sel.fallback_events[0]["reason"]
+    small = backend_from_config(PartyConfig(party="guest", backend="narrow_card",
+                                            fallback=["cpu"], key_bits=1024))
+    assert small.selection.chosen == "narrow_card" and not small.selection.fallback_events
+    import json
+    row = small.selection.as_dict()
+    assert json.loads(json.dumps(row))["chosen"] == "narrow_card" and row["executor"] == "threads"

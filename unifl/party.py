@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from .app.params import JobConfig, with_party_scale
 from .configs import PartyConfig, validate
 from .core.errors import ConfigError
+from .scheduler.selection import Selection
 
 log = logging.getLogger("unifl.party")
 
@@ -21,11 +22,16 @@ log = logging.getLogger("unifl.party")
 @runtime_checkable
 class ScheduledBackend(Protocol):
     """What the scheduler's backend (``backend_from_config``) adds to a Backend: what was chosen
-    and why (``selection``) and the per-op record (``report()``)."""
+    and why (``selection``, a :class:`~unifl.scheduler.selection.Selection`) and the per-op record
+    (``report()``)."""
 
-    selection: dict[str, Any]
+    selection: Selection | None
 
     def report(self) -> list[dict[str, Any]]: ...
+
+    def pool_report(self) -> list[dict[str, Any]]: ...
+
+    def dispatch_report(self) -> list[dict[str, Any]]: ...
 
 
 def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
@@ -86,11 +92,12 @@ def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,
         if callable(close):
             close()
     result.setdefault("dataset", job.dataset)
-    if not isinstance(backend, ScheduledBackend):   # what reading .selection / .report() would hit
+    if not isinstance(backend, ScheduledBackend) or backend.selection is None:
         raise AttributeError(f"the scheduler's backend {type(backend).__name__} has no "
                              "selection / report()")
-    result["backend"] = {**backend.selection, "report": backend.report(),
-                         "start_seconds": t_backend}
+    result["backend"] = {**backend.selection.as_dict(), "report": backend.report(),
+                         "obfuscators": backend.pool_report(),
+                         "dispatch": backend.dispatch_report(), "start_seconds": t_backend}
     result["wall_seconds"] = time.perf_counter() - t0
     return result
 

@@ -12,14 +12,14 @@ from typing import cast
 import numpy as np
 
 from ..core.backend import Backend
-from ..core.contract import Limbs, OpContract
+from ..core.contract import Composition, Limbs, OpContract
 from ..core.errors import OperandError
 from ..core.limbs import LIMB_BITS, DeviceBatch, from_limbs, limb_count, to_limbs
 from ..core.montgomery import MontContext, check_modulus, mont_context, mont_mul_ref
 
 __all__ = ["MontContext", "mont_context", "check_modulus", "mont_mul", "to_mont", "from_mont",
            "constant", "to_limbs", "from_limbs", "limb_count", "mont_mul_ref", "LIMB_BITS",
-           "DeviceBatch", "operand", "native", "Limbs"]
+           "DeviceBatch", "operand", "native", "Limbs", "COMPOSITIONS"]
 
 
 def native(backend: Backend) -> OpContract:
@@ -80,3 +80,7 @@ def to_mont(backend: Backend, ctx: MontContext, x: Limbs) -> Limbs:
 def from_mont(backend: Backend, ctx: MontContext, x: Limbs) -> Limbs:
     """x̄·R^-1 mod m, as MontMult(x̄, 1)."""
     return mont_mul(backend, ctx, x, constant(ctx, 1, 1), checked=False)
+
+
+#: the op of the contract this layer owns (the scheduler's registry of compositions)
+COMPOSITIONS: dict[str, Composition] = {"mont_mul": mont_mul}

@@ -23,6 +23,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from ..core import registry
 from ..core.errors import BackendUnavailable, ConfigError
 from ..core.options import BackendOptions, BackendOptionsError
+from ..core.state import PoolLimits
 
 ROLES = ("guest", "host", "arbiter")
 
@@ -63,6 +64,70 @@ class EncodingSection(_Section):
             raise ValueError(f"scale_bits must be at most {MAX_SCALE_BITS} (2^-{MAX_SCALE_BITS} "
                              f"is the finest step of a float64); got {v}")
         return v
+
+
+class ObfuscatorsSection(_Section):
+    """Paillier obfuscators r^n computed ahead of use (``PublicKey.obfuscators``): one pool per
+    key and backend instance, filled at job start and while the party waits on its peer, each
+    factor used once.  ``max_mb``: the memory bound of one pool (0 turns pools off: every
+    encryption computes its factor on the spot); ``fill_batch``: the most factors one filling call
+    computes (an accelerator's plateau needs thousands); ``slice_ms``: the length of one background
+    filling call, i.e. how long after the wait ends the refill may still run."""
+    max_mb: float = Field(64.0, ge=0, le=1 << 20)
+    fill_batch: int = Field(4096, ge=1, le=1 << 22)
+    slice_ms: float = Field(50.0, gt=0, le=60_000)
+
+    def limits(self) -> PoolLimits:
+        """The :class:`~unifl.core.state.PoolLimits` these settings give."""
+        return PoolLimits(max_bytes=int(self.max_mb * (1 << 20)), fill_batch=self.fill_batch,
+                          slice_seconds=self.slice_ms / 1000)
+
+
+class DispatchSection(_Section):
+    """Size-aware dispatch (:mod:`unifl.scheduler.dispatch`): each call of the party's accelerator
+    runs where it is fastest for its size -- the accelerator, the party's CPU backend, or both.
+
+    ``mode``: ``off`` (every call on the chosen backend), ``auto`` (cost models measured at start
+    and cached), ``calibrated`` (models from the calibration cache, measured where missing) or
+    ``pinned`` (each op where ``pin`` says).  ``cpu``: the CPU backend (null: native if it is
+    built, else cpu).  ``margin``: how much faster a route must be predicted to be taken over the
+    CPU (0.2: 20 %).  ``split``: allow a call to be cut between both.  ``pin``: op name (or
+    ``default``) -> ``accelerator`` | ``cpu``, for ``mode: pinned`` only.  ``cache``: read and
+    write the calibration cache.  ``calibration_budget_s``: the most one line's measurement may
+    take on one backend."""
+    mode: Literal["off", "auto", "calibrated", "pinned"] = "off"
+    cpu: Optional[str] = None
+    margin: float = Field(0.2, ge=0, le=10)
+    split: bool = True
+    pin: dict[str, Literal["accelerator", "cpu"]] = Field(default_factory=dict)
+    cache: bool = True
+    calibration_budget_s: float = Field(1.0, gt=0, le=600)
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else _check_backend(v, allow_auto=False)
+
+    @field_validator("pin")
+    @classmethod
+    def _pin(cls, v: dict[str, str]) -> dict[str, str]:
+        from ..core.contract import OPS
+        unknown = sorted(k for k in v if k != "default" and k not in OPS)
+        if unknown:
+            raise ValueError(f"dispatch.pin: {unknown} are not ops of the contract; keys are "
+                             f"'default' or one of {', '.join(OPS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _pin_needs_pinned(self) -> "DispatchSection":
+        # a setting that would be silently ignored is a mistake, not a setting
+        if self.pin and self.mode != "pinned":
+            raise ValueError(f"dispatch.pin is given but dispatch.mode is {self.mode!r}; set "
+                             "mode: pinned to place ops by name, or remove pin")
+        if self.mode == "pinned" and not self.pin:
+            raise ValueError("dispatch.mode pinned needs dispatch.pin (op or 'default' -> "
+                             "accelerator | cpu)")
+        return self
 
 
 class TlsSection(_Section):
@@ -280,6 +345,9 @@ class PartyConfig(_Section):
     key_bits: int = Field(2048, ge=1024, le=8192)
     encoding: EncodingSection = Field(default_factory=lambda: EncodingSection.model_validate({}))
     network: NetworkSection = Field(default_factory=lambda: NetworkSection.model_validate({}))
+    obfuscators: ObfuscatorsSection = Field(
+        default_factory=lambda: ObfuscatorsSection.model_validate({}))
+    dispatch: DispatchSection = Field(default_factory=lambda: DispatchSection.model_validate({}))
 
     @model_validator(mode="wrap")
     @classmethod
@@ -408,6 +476,15 @@ class PartyConfig(_Section):
                              "executor: ray to run on the cluster, or remove the section")
         if self.executor == "ray" and self.ray is None:
             object.__setattr__(self, "ray", RaySection.model_validate({}))
+        return self
+
+    @model_validator(mode="after")
+    def _dispatch_is_local(self) -> "PartyConfig":
+        if self.dispatch.mode != "off" and self.executor == "ray":
+            raise ValueError("dispatch: size-aware dispatch places calls between this process's "
+                             "accelerator and CPU backend; with executor: ray the workers hold "
+                             "the backends (ray.min_rows and ray.local_ops keep small calls "
+                             "local). Set dispatch.mode: off, or another executor")
         return self
 
     def backend_options(self, name: str) -> dict[str, Any]:

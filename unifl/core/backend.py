@@ -19,10 +19,12 @@ import numpy as np
 
 from .contract import OPS
 from .errors import ConfigError
+from .limbs import limb_count
+from .montgomery import MAX_MODULUS_BITS
 from .options import BackendOptions
 from .state import DeviceState
 
-__all__ = ["Backend", "ProbeResult", "OPS"]
+__all__ = ["Backend", "ProbeResult", "Request", "Support", "OPS"]
 
 
 @dataclass
@@ -33,6 +35,45 @@ class ProbeResult:
     reason: str = ""
     devices: list[str] = field(default_factory=list)
     stand_in: str | None = None  # e.g. "PoCL (OpenCL on the CPU)", "QAT simulator"; None for real hardware
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a party will ask of a backend, known before anything runs (HEU's checkers answer the
+    same question): the ops it needs and the widths of the moduli they will meet.  The scheduler
+    asks every candidate at selection time (:meth:`Backend.supports`), so a gap -- a modulus
+    size a prebuilt kernel binary lacks, a width beyond a device's limb capacity -- skips the
+    backend with its reason before the job starts, instead of failing mid-run."""
+
+    modulus_bits: frozenset[int] = frozenset()
+    ops: frozenset[str] = frozenset(OPS)
+
+    @classmethod
+    def paillier(cls, key_bits: int, ops: frozenset[str] = frozenset(OPS)) -> "Request":
+        """The moduli of Paillier with a ``key_bits``-bit n: p and q (key_bits/2), n, p², q²
+        (key_bits) and n² (2·key_bits)."""
+        half = -(-key_bits // 2)
+        return cls(frozenset({half, key_bits, 2 * key_bits}), frozenset(ops))
+
+    def limb_counts(self) -> list[int]:
+        """The limb counts of the moduli, ascending."""
+        return sorted({limb_count(b) for b in self.modulus_bits})
+
+
+@dataclass(frozen=True)
+class Support:
+    """A backend's answer to a :class:`Request`: served, or not and why (one reason per gap)."""
+
+    served: bool
+    reasons: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.served
+
+    @classmethod
+    def of(cls, reasons: list[str]) -> "Support":
+        """Served exactly when there is no reason against it."""
+        return cls(not reasons, tuple(reasons))
 
 
 class Backend:
@@ -48,6 +89,9 @@ class Backend:
     #: ``select_device``): ``devices: all`` then means one instance per device, split by the
     #: scheduler; False when one instance already uses every device it sees
     one_device_per_instance: ClassVar[bool] = False
+    #: the widest modulus this backend computes with (every op); the Montgomery layer's limit
+    #: unless a backend's kernels have a smaller capacity
+    max_modulus_bits: ClassVar[int] = MAX_MODULUS_BITS
 
     def __init__(self, **options: Any) -> None:
         #: this instance's options, parsed by ``options_model`` (an unknown or bad one: ConfigError)
@@ -72,6 +116,18 @@ class Backend:
         raise ConfigError(f"backend {cls.name!r} has no device selector, so the scalar entry "
                           f"{value!r} of devices cannot choose one of its devices; give a mapping "
                           f"of its options instead, e.g. {{backend: {cls.name}}}")
+
+    def supports(self, request: Request) -> Support:
+        """Whether this instance serves ``request``: every op is served (natively, or composed
+        from the ones it has), every modulus up to :attr:`max_modulus_bits`.  A backend whose
+        instances can serve less (a prebuilt binary with some kernel sizes only) overrides this and
+        adds its reasons to ``super().supports(request)``'s."""
+        reasons = [f"{op!r} is not an op of the contract" for op in sorted(request.ops - set(OPS))]
+        wide = sorted(b for b in request.modulus_bits if b > self.max_modulus_bits)
+        if wide:
+            reasons.append(f"moduli of {', '.join(map(str, wide))} bits exceed its limit of "
+                           f"{self.max_modulus_bits} bits")
+        return Support.of(reasons)
 
     def implements(self, op: str) -> bool:
         """True when ``op`` runs natively on this backend (else the generic composition is used)."""

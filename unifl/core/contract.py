@@ -15,7 +15,7 @@ The fused Paillier ops take the plain key records of :mod:`unifl.core.keys`.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, Union
+from typing import Any, Callable, Mapping, Protocol, Union
 
 import numpy as np
 
@@ -125,6 +125,55 @@ SECRET_OPS: frozenset[str] = frozenset(
     {op for op, sig in SIGNATURES.items()
      if any("PaillierPrivateMaterial" in str(p.annotation) for p in sig.parameters.values())}
     | {"mod_exp_secret"})
+
+
+#: the generic composition of an op: ``fn(backend, *op_args)`` computes op ``<name>`` from the layer
+#: below on ``backend``, or runs it natively there when the backend has it.  The layer that owns an
+#: op writes its composition once (``base_op``, ``mod_op``, ``phe_sdk.paillier``) and lists it in
+#: its ``COMPOSITIONS``; the scheduler gathers them with :func:`composition_table`.
+Composition = Callable[..., Any]
+
+
+def check_composition(op: str, fn: Composition, owner: str) -> None:
+    """TypeError unless ``fn`` is a composition of ``op``: a callable taking the backend, then the
+    op's parameters by position with the contract's names, in its order (further parameters only
+    with defaults)."""
+    if op not in SIGNATURES:
+        raise TypeError(f"{owner}: {op!r} is not an op of the contract (unifl.core.contract.OPS)")
+    want = list(SIGNATURES[op].parameters)[1:]
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{owner}: the composition of op_{op} has no signature: {exc}") from None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in positional[1:1 + len(want)]]
+    extra = positional[1 + len(want):] + [p for p in params if p.kind == p.KEYWORD_ONLY]
+    if not positional or names != want or any(p.default is p.empty for p in extra):
+        raise TypeError(f"{owner}: the composition of op_{op} must be fn(backend, "
+                        f"{', '.join(want)}), got {getattr(fn, '__name__', fn)}"
+                        f"{inspect.signature(fn)}")
+
+
+def composition_table(*layers: tuple[str, Mapping[str, Composition]]) -> dict[str, Composition]:
+    """One composition per op of the contract from the ``(layer name, COMPOSITIONS)`` of the layers
+    that own the ops: each checked (:func:`check_composition`), none given twice, none missing.
+
+    Raises:
+        TypeError: naming the layer and op at fault.
+    """
+    out: dict[str, Composition] = {}
+    owner: dict[str, str] = {}
+    for layer, table in layers:
+        for op, fn in table.items():
+            check_composition(op, fn, layer)
+            if op in out:
+                raise TypeError(f"op_{op} is composed by both {owner[op]} and {layer}")
+            out[op], owner[op] = fn, layer
+    missing = [op for op in OPS if op not in out]
+    if missing:
+        raise TypeError("no layer composes " + "; ".join(describe(op) for op in missing)
+                        + f" (layers: {', '.join(name for name, _ in layers)})")
+    return out
 
 
 def define_ops(cls: type, route: str, doc: str) -> None:

@@ -64,6 +64,56 @@ def less_than(limbs: npt.ArrayLike, bound_limbs: npt.ArrayLike) -> np.ndarray:
     return less
 
 
+# ---- host limb arithmetic, vectorised over rows (carries ripple as whole-array passes)
+def add_limbs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a + b mod 2^(64·L), carry out of the top limb), row-wise.  Limb sums wrap; the carries then
+    ripple one limb per pass, and a carry only travels on through all-ones limbs, so the passes
+    are few whatever L."""
+    s = a + b
+    carry = s < a
+    out = np.zeros(s.shape[0], bool)
+    while carry.any():
+        out |= carry[:, -1]
+        step = np.zeros_like(s)
+        step[:, 1:] = carry[:, :-1]
+        s2 = s + step
+        carry = s2 < s
+        s = s2
+    return s, out
+
+
+def sub_limbs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a − b mod 2^(64·L), borrow out of the top limb), row-wise (borrows ripple as carries do)."""
+    d = a - b
+    borrow = a < b
+    out = np.zeros(d.shape[0], bool)
+    while borrow.any():
+        out |= borrow[:, -1]
+        step = np.zeros_like(d)
+        step[:, 1:] = borrow[:, :-1]
+        d2 = d - step
+        borrow = d < step
+        d = d2
+    return d, out
+
+
+def mod_add_limbs(a: np.ndarray, b: np.ndarray, m_limbs: np.ndarray) -> np.ndarray:
+    """(a + b) mod m for a, b < m (b may be one row)."""
+    s, carry = add_limbs(a, np.broadcast_to(b, a.shape))
+    over = carry | ~less_than(s, m_limbs)
+    if over.any():
+        s[over] = sub_limbs(s[over], np.broadcast_to(m_limbs, s[over].shape))[0]
+    return s
+
+
+def mod_sub_limbs(a: np.ndarray, b: np.ndarray, m_limbs: np.ndarray) -> np.ndarray:
+    """(a − b) mod m for a, b < m."""
+    d, borrow = sub_limbs(a, b)
+    if borrow.any():
+        d[borrow] = add_limbs(d[borrow], np.broadcast_to(m_limbs, d[borrow].shape))[0]
+    return d
+
+
 class DeviceBatch:
     """An (N, L) uint64 limb batch that lives in an accelerator's memory.
 
@@ -115,6 +165,13 @@ class DeviceBatch:
 
     def __getitem__(self, key: Any) -> Any:
         return self.fetch()[key]
+
+    def take_rows(self, start: int, stop: int) -> "np.ndarray | DeviceBatch":
+        """Rows [start, stop) as a batch of their own.  Here: from the fetched host copy; a backend
+        whose device memory can hand out a slice in place overrides this, so that work kept ahead
+        on its device (a pool of obfuscators, :class:`unifl.core.state.RowPool`) is consumed there
+        without a copy to the host."""
+        return self.fetch()[start:stop]
 
     def copy(self) -> np.ndarray:
         return self.fetch().copy()

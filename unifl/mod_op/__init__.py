@@ -10,14 +10,14 @@ import numpy as np
 
 from ..base_op import MontContext, constant, from_mont, mont_mul, native, operand, to_mont
 from ..core.backend import Backend
-from ..core.contract import Limbs
+from ..core.contract import Composition, Limbs
 from ..core.limbs import from_limbs, to_limbs
 from ..core.errors import OperandError
 from ..core.exponents import exp_limbs
 from . import compose
 
 __all__ = ["mod_mul", "mod_exp", "mod_exp_secret", "mont_exp", "mont_multi_exp", "mont_prod_groups", "mont_inverse",
-           "exp_limbs"]
+           "exp_limbs", "COMPOSITIONS"]
 
 
 def _check_exps(exps: np.ndarray, n: int) -> np.ndarray:
@@ -141,3 +141,11 @@ def mont_inverse(backend: Backend, ctx: MontContext, a_mont: Limbs) -> Limbs:
         raise OperandError(f"no inverse modulo the {ctx.bits}-bit modulus: an element shares a "
                            "factor with it") from None
     return to_mont(backend, ctx, to_limbs(inv, ctx.num_limbs))
+
+
+#: the ops of the contract this layer owns, each composed here from MontMults when the backend
+#: lacks it (the scheduler's registry of compositions)
+COMPOSITIONS: dict[str, Composition] = {
+    "mod_mul": mod_mul, "mod_exp": mod_exp, "mod_exp_secret": mod_exp_secret, "mont_exp": mont_exp,
+    "mont_multi_exp": mont_multi_exp, "mont_prod_groups": mont_prod_groups,
+    "mont_inverse": mont_inverse}

@@ -2,8 +2,8 @@
 batches split across several devices least-loaded first, every op counted per backend and device).
 
 ``backend_from_config(cfg)`` is the entry point; its result has the op_* interface of any Backend,
-``.report()`` (op, backend, device, calls, elements, seconds) and ``.selection`` (what was asked,
-what ran, and why).  The wrappers' op methods are generated from the op contract
+``.report()`` (op, backend, device, calls, elements, seconds) and ``.selection`` (a typed
+:class:`Selection`: what was asked, what ran, and why).  The wrappers' op methods are generated from the op contract
 (:data:`unifl.core.contract.OPS`): :class:`CountingBackend` counts each, :class:`MultiDeviceBackend`
 splits each by its rule of :data:`~unifl.scheduler.multi.SPLITS` -- the one place a batch is split
 across devices.  A backend failing mid-run with a device failure (above all
@@ -19,7 +19,8 @@ from .fallback import DEVICE_FAILURES, FallbackChain, is_device_failure
 from .multi import SPLITS, MultiDeviceBackend
 from .assemble import backend_from_config
 from .select import local_chain, self_test, start
+from .selection import Selection
 
 __all__ = ["backend_from_config", "local_chain", "CountingBackend", "MultiDeviceBackend", "SPLITS", "Executor",
            "SerialExecutor", "ThreadExecutor", "make_executor", "self_test", "start",
-           "FallbackChain", "is_device_failure", "DEVICE_FAILURES"]
+           "FallbackChain", "is_device_failure", "DEVICE_FAILURES", "Selection"]

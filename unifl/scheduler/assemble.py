@@ -20,15 +20,21 @@ if TYPE_CHECKING:
 
 def backend_from_config(cfg: PartyConfig) -> ChainMember:
     """The Backend for party config ``cfg``; it counts and times every op per backend and device
-    (``.report()``) and says what was chosen and why (``.selection``: requested, chosen,
-    fallback_events, ranking, devices, runtime_fallbacks; with Ray also ``ray``: the cluster, the
+    (``.report()``) and says what was chosen and why (``.selection``, a
+    :class:`~unifl.scheduler.selection.Selection`; with Ray its ``ray`` says the cluster, the
     workers and the nodes they run on).
 
     Raises:
         ConfigError: a mistake in the config (for Ray also: no cluster at the address).
         BackendUnavailable: no backend of the chain could start (for Ray: no worker could).
     """
+    backend: ChainMember
     if cfg.executor == "ray":
         from .ray import ray_backend
-        return ray_backend(cfg)
-    return local_chain(cfg)
+        backend = ray_backend(cfg)
+    else:
+        backend = local_chain(cfg)
+    # the pools of work computed ahead (Paillier obfuscators) live in the state of the backend
+    # the party computes on, bounded by its config
+    backend.state.pool_limits = cfg.obfuscators.limits()
+    return backend

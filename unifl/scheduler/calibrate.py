@@ -2,9 +2,10 @@
 
 The run is what FL spends its time on at the default key size: a batch of 2048-bit MontMults and a
 few full 2048-bit ModExps (one warm-up call first, so a kernel build or a first-call set-up is not
-counted).  Results are cached in-process and on disk (JSON, keyed by backend, options and machine),
-so a party started again does not pay for it twice.  ``UNIFL_CALIBRATION_CACHE`` names the cache
-file, or ``off`` to disable the disk cache.
+counted).  Results are cached in-process and on disk (JSON, keyed by backend, options and machine,
+in the private cache folder of :mod:`unifl.scheduler.cache`), so a party started again does not
+pay for it twice.  ``UNIFL_CALIBRATION_CACHE`` names the cache file, or ``off`` to disable the
+disk cache.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.backend import Backend
+from . import cache
 
 log = logging.getLogger("unifl.scheduler")
 
@@ -29,14 +31,17 @@ CACHE_TTL_S = 7 * 24 * 3600
 _memory: dict[str, float] = {}
 
 
-def _cache_file() -> Path | None:
+def _cache_file() -> tuple[Path, str] | None:
+    """(folder, file name) of the ranking cache: ``UNIFL_CALIBRATION_CACHE`` names the file, else
+    ``calibration.json`` in the private cache folder (:mod:`unifl.scheduler.cache`)."""
     env = os.environ.get("UNIFL_CALIBRATION_CACHE")
     if env == "off":
         return None
     if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "unifl" / "calibration.json"
+        path = Path(env)
+        return path.parent, path.name
+    folder = cache.cache_dir()
+    return None if folder is None else (folder, "calibration.json")
 
 
 def cache_key(name: str, options: dict) -> str:
@@ -46,29 +51,17 @@ def cache_key(name: str, options: dict) -> str:
 
 
 def _load_disk() -> dict:
-    path = _cache_file()
-    if path is None or not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    where = _cache_file()
+    return {} if where is None else cache.read_json(where[1], where[0])
 
 
 def _store_disk(key: str, seconds: float) -> None:
-    path = _cache_file()
-    if path is None:
+    where = _cache_file()
+    if where is None:
         return
-    try:
-        data = _load_disk()
-        data[key] = {"seconds": seconds, "at": time.time()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-    except OSError as exc:   # a read-only home must not stop a run
-        log.debug("calibration cache not written: %s", exc)
+    data = _load_disk()
+    data[key] = {"seconds": seconds, "at": time.time()}
+    cache.write_json(where[1], data, where[0])    # a read-only or foreign folder: not cached
 
 
 def measure(backend: Backend, bits: int = BITS, mont_muls: int = MONT_MULS,

@@ -78,7 +78,6 @@ class CountingBackend(ChainMember):
         self.device = device or (", ".join(inner.devices) or inner.name)
         self.stand_in = stand_in_of(inner)
         self.counters = Counters()
-        self.selection: dict[str, Any] = {}
 
     def implements(self, op: str) -> bool:
         rep = self._replacement()

@@ -52,17 +52,17 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
 
 from .. import base_op, mod_op
 from ..core.backend import Backend
-from ..core.contract import SIGNATURES
+from ..core.contract import SIGNATURES, Composition, composition_table
 from ..core.errors import BackendUnavailable, DeviceDataLost, DeviceError, UniflError
 from ..core.limbs import DeviceBatch
 from ..phe_sdk import paillier
+from .selection import Selection
 
 log = logging.getLogger("unifl.scheduler")
 
@@ -75,9 +75,11 @@ NOT_DEVICE_FAILURES: tuple[type[BaseException], ...] = (ValueError, TypeError, A
                                                         LookupError, AssertionError,
                                                         NotImplementedError, RecursionError)
 
-#: the layers that own the ops of the contract, lowest first: the generic composition of op
-#: ``<name>`` is their function ``<name>(backend, *op_args)`` (:func:`composition`)
-COMPOSING_LAYERS: tuple[ModuleType, ...] = (base_op, mod_op, paillier)
+#: the generic composition of every op of the contract, from the layers that own them (a typed
+#: registry, checked at import: each op composed exactly once, with the contract's parameters)
+COMPOSITIONS: dict[str, Composition] = composition_table(
+    ("unifl.base_op", base_op.COMPOSITIONS), ("unifl.mod_op", mod_op.COMPOSITIONS),
+    ("unifl.phe_sdk.paillier", paillier.COMPOSITIONS))
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -121,25 +123,20 @@ def elements_of(op: str, args: tuple) -> int:
         return 0
 
 
-def composition(op: str) -> Callable[..., Any]:
-    """The generic composition of ``op``: the function ``<op>(backend, *op_args)`` of the lowest
-    layer of :data:`COMPOSING_LAYERS` that defines it (``base_op.mont_mul``, ``mod_op.mod_exp``,
-    ``phe_sdk.paillier.paillier_decrypt`` ...), called with the op's own arguments -- contexts,
-    batches and the key records of :mod:`unifl.core.keys`, never key objects.  Each composes the op
-    from the layer below on the backend it is given, or runs it natively there when it can.
+def composition(op: str) -> Composition:
+    """The generic composition of ``op``: the function ``<op>(backend, *op_args)`` of the layer that
+    owns it (``base_op.mont_mul``, ``mod_op.mod_exp``, ``phe_sdk.paillier.paillier_decrypt`` ...,
+    :data:`COMPOSITIONS`), called with the op's own arguments -- contexts, batches and the key
+    records of :mod:`unifl.core.keys`, never key objects.  Each composes the op from the layer
+    below on the backend it is given, or runs it natively there when it can.
 
     Raises:
-        BackendUnavailable: ``op`` is not an op of the contract, or no layer composes it.
+        BackendUnavailable: ``op`` is not an op of the contract.
     """
-    if op not in SIGNATURES:
+    fn = COMPOSITIONS.get(op)
+    if fn is None:
         raise BackendUnavailable(f"{op!r} is not an op of the contract (unifl.core.contract.OPS)")
-    for layer in COMPOSING_LAYERS:
-        fn = getattr(layer, op, None)
-        if callable(fn):
-            return fn
-    names = ", ".join(layer.__name__ for layer in COMPOSING_LAYERS)
-    raise BackendUnavailable(f"op {op!r} has no generic composition: none of {names} defines "
-                             f"{op}(backend, ...)")
+    return fn
 
 
 def run_op(backend: Backend, op: str, args: tuple) -> Any:
@@ -352,10 +349,9 @@ class ChainMember(Backend):
     #: the party's fallback chain and this backend's place in it (set by FallbackChain)
     chain: FallbackChain | None = None
     chain_pos: int = 0
-    #: what was asked, what ran and why (requested, chosen, fallback_events, ranking, devices,
-    #: describe, runtime_fallbacks): filled in by ``backend_from_config`` for the chain's head,
-    #: empty otherwise (each subclass starts it empty)
-    selection: dict[str, Any]
+    #: what was asked, what ran and why: set by ``backend_from_config`` on the backend it
+    #: returns, None on every other
+    selection: Selection | None = None
 
     def _replacement(self) -> Backend | None:
         """The backend that runs this one's work since it failed; None while it is healthy."""
@@ -383,6 +379,17 @@ class ChainMember(Backend):
         rows = self.own_report()
         chain = self.chain
         return chain.report(rows) if chain is not None and self.chain_pos == 0 else rows
+
+    def pool_report(self) -> list[dict]:
+        """One row per pool of work computed ahead held by this backend (Paillier obfuscators,
+        :class:`unifl.core.state.RowPool`): label, capacity, ready, fills, filled, fill_seconds,
+        hits, misses, dropped, with this backend's name."""
+        return [{"backend": self.name, **pool.stats().as_row()} for pool in self.state.pools()]
+
+    def dispatch_report(self) -> list[dict]:
+        """Where each op's calls ran and why, with size-aware dispatch
+        (:class:`~unifl.scheduler.dispatch.DispatchBackend`); empty without it."""
+        return []
 
     def fallback_events(self) -> list[dict]:
         """Every re-run after a failure: op, from/from_device, to/to_device, reason, elements,

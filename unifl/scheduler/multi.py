@@ -259,7 +259,6 @@ class MultiDeviceBackend(ChainMember):
         self._load = [0] * len(self.members)     # rows in flight per member
         self._lock = threading.Lock()
         self._dead: set[int] = set()             # members retired after a failure
-        self.selection: dict[str, Any] = {}
 
     # ---- description
     @property

@@ -3,14 +3,16 @@ the fallback chain, ``auto`` ranking, one instance per listed device, counting.
 
 Chain: ``[backend] + fallback`` (``auto``: the available backends fastest first by calibration,
 then the fallback list).  A candidate is skipped -- logged at WARNING with the reason and recorded
-in ``.selection["fallback_events"]`` so the run can print it -- when it probes unavailable, when
-its constructor fails, or when its start-up self-test (two 2048-bit MontMults checked against
-Python integers) fails or disagrees.  A ``ConfigError`` from a constructor is the user's mistake and
-is raised, not skipped.
+in ``.selection.fallback_events`` so the run can print it -- when it probes unavailable, when its
+constructor fails, when it does not serve what the party will ask of it (``Backend.supports``
+with the party's :func:`party_request`: the moduli of its key size; e.g. a prebuilt FPGA binary
+without their kernel sizes), or when its start-up self-test (two MontMults at the party's widest
+modulus, checked against Python integers) fails or disagrees.  A ``ConfigError`` from a
+constructor is the user's mistake and is raised, not skipped.
 
 At run time the rest of the chain stays behind the chosen backend (:mod:`unifl.scheduler.fallback`):
 a backend that fails in the middle of a batch has that batch re-run on the next backend of the
-chain, started then, and is not used again in the job; ``.selection["runtime_fallbacks"]`` and
+chain, started then, and is not used again in the job; ``.selection.runtime_fallbacks`` and
 ``.report()`` say which op fell back from which backend to which, and why.
 """
 
@@ -21,13 +23,16 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..core import registry
-from ..core.backend import Backend
+from ..core.backend import Backend, Request
 from ..core.errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
+from .dispatch import (CostModel, DispatchBackend, DispatchPolicy, calibrate_at_start,
+                       load_lines)
 from .executor import make_executor
 from .fallback import ChainMember, FallbackChain
 from .multi import MultiDeviceBackend
+from .selection import Selection
 
 if TYPE_CHECKING:
     from ..configs import PartyConfig
@@ -50,10 +55,12 @@ def self_test(backend: Backend, bits: int = 2048) -> None:
                                  "(wrong MontMult result)")
 
 
-def start(name: str, options: dict[str, Any], fresh: bool = False) -> Backend:
-    """An instance of backend ``name`` that passed its self-test; BackendUnavailable (with the
-    reason) otherwise.  ``fresh``: a new instance even without options (one per listed device;
-    otherwise the registry's shared instance is used)."""
+def start(name: str, options: dict[str, Any], fresh: bool = False,
+          request: Request | None = None) -> Backend:
+    """An instance of backend ``name`` that passed its self-test and serves ``request`` (what the
+    party will ask of it: ``Backend.supports``); BackendUnavailable (with the reason) otherwise.
+    ``fresh``: a new instance even without options (one per listed device; otherwise the
+    registry's shared instance is used)."""
     pr = registry.probe(name)
     if not pr.available:
         raise BackendUnavailable(f"{name}: {pr.reason or 'unavailable'}")
@@ -63,12 +70,25 @@ def start(name: str, options: dict[str, Any], fresh: bool = False) -> Backend:
             inst.probe_result = pr
         else:
             inst = registry.backend(name)
-        self_test(inst)
+        if request is not None:
+            support = inst.supports(request)
+            if not support:
+                raise BackendUnavailable(f"{name}: does not serve this party's requests: "
+                                         + "; ".join(support.reasons))
+        # the self-test runs at a size the party will use (its widest modulus: n²)
+        self_test(inst, max(request.modulus_bits) if request and request.modulus_bits else 2048)
     except (BackendUnavailable, ConfigError):
         raise
     except Exception as exc:  # noqa: BLE001 - any start failure means: try the next candidate
         raise BackendUnavailable(f"{name}: failed at start: {type(exc).__name__}: {exc}") from exc
     return inst
+
+
+def party_request(cfg: PartyConfig) -> Request:
+    """What a party with config ``cfg`` will ask of its backend: every op, on the moduli of
+    Paillier at its ``key_bits`` (a job may use larger keys than the party's floor: a size missed
+    here is still caught mid-run, by the fallback chain)."""
+    return Request.paillier(cfg.key_bits)
 
 
 def device_entries(cfg: PartyConfig, name: str,
@@ -113,7 +133,7 @@ def _rank_auto(cfg: PartyConfig,
         opts = cfg.backend_options(name)
 
         def starter(n: str = name, o: dict[str, Any] = opts) -> Backend:
-            return start(n, o)
+            return start(n, o, request=party_request(cfg))
         try:
             secs = calibrated_seconds(name, opts, starter)
         except BackendUnavailable as exc:
@@ -126,11 +146,50 @@ def _rank_auto(cfg: PartyConfig,
     return [n for n, _ in ranking], ranking
 
 
+def with_dispatch(cfg: PartyConfig, accelerator: CountingBackend | MultiDeviceBackend,
+                  name: str) -> tuple[CountingBackend | MultiDeviceBackend, dict[str, Any]]:
+    """``accelerator`` behind size-aware dispatch with the party's CPU backend
+    (:mod:`unifl.scheduler.dispatch`), and what the selection record says about it.  Nothing to
+    dispatch when the chosen backend is the CPU backend itself, or when that cannot start (said
+    in the note, and the accelerator runs every call)."""
+    d = cfg.dispatch
+    mode = d.mode
+    if mode == "off":
+        raise ValueError("with_dispatch: dispatch.mode is off")
+    cpu_name = d.cpu or next(n for n in (*registry.DEFAULT_CHAIN, "cpu")
+                             if registry.probe(n).available)
+    note: dict[str, Any] = {"mode": d.mode, "cpu": cpu_name, "margin": d.margin, "split": d.split}
+    if name == cpu_name:
+        return accelerator, {**note, "active": False,
+                             "why": f"the party's backend {name!r} is its CPU backend"}
+    try:
+        inst = start(cpu_name, cfg.backend_options(cpu_name), fresh=True,
+                     request=party_request(cfg))
+    except BackendUnavailable as exc:
+        log.warning("dispatch off: the CPU backend %r cannot start: %s", cpu_name, exc)
+        return accelerator, {**note, "active": False, "why": f"{cpu_name}: {exc}"}
+    cpu = CountingBackend(inst, device=", ".join(inst.devices) or cpu_name)
+    policy = DispatchPolicy(mode=mode, margin=d.margin, split=d.split, pin=dict(d.pin),
+                            cache=d.cache, budget_s=d.calibration_budget_s)
+    models = None
+    if d.mode == "calibrated" and d.cache:
+        models = (CostModel(accelerator.describe(), load_lines(accelerator)),
+                  CostModel(cpu.describe(), load_lines(cpu)))
+    disp = DispatchBackend(accelerator, cpu, policy, models)
+    if models is not None:
+        disp.calibration["cached"] = len(models[0].lines)
+    if d.mode == "auto" or (d.mode == "calibrated" and not disp.models[0].lines):
+        calibrate_at_start(disp, cfg.key_bits)
+    note.update({"active": True, "accelerator": accelerator.describe(), "cpu": cpu.describe(),
+                 "calibration": disp.calibration, "lines": disp.lines()})
+    return disp, note
+
+
 def _start_fallback(cfg: PartyConfig, name: str) -> CountingBackend:
     """A later link of the chain, started when the one before it failed mid-run (one instance:
     ``devices`` applies to the primary backend only, as at start)."""
     (b, opts, _), = device_entries(cfg, name, primary=False)
-    inst = start(b, opts)
+    inst = start(b, opts, request=party_request(cfg))
     return CountingBackend(inst, device=", ".join(inst.devices) or b)
 
 
@@ -141,9 +200,7 @@ def local_chain(cfg: PartyConfig) -> ChainMember:
     each Ray worker and the party's own process hold).
 
     The result counts and times every op per backend and device (``.report()``), and says what was
-    chosen and why in ``.selection``: requested, chosen, fallback_events [{backend, reason}],
-    ranking (auto only), devices, runtime_fallbacks (the re-runs after a failure mid-run, see
-    :class:`~unifl.scheduler.fallback.FallbackChain`)."""
+    chosen and why in ``.selection`` (a :class:`~unifl.scheduler.selection.Selection`)."""
     events: list[dict[str, str]] = []
     ranking = None
     if cfg.backend == "auto":
@@ -161,7 +218,7 @@ def local_chain(cfg: PartyConfig) -> ChainMember:
             entries = []
         for b, opts, label in entries:
             try:
-                inst = start(b, opts, fresh=label is not None)
+                inst = start(b, opts, fresh=label is not None, request=party_request(cfg))
             except BackendUnavailable as exc:
                 where = b + (label or "")
                 events.append({"backend": where, "reason": str(exc)})
@@ -178,12 +235,15 @@ def local_chain(cfg: PartyConfig) -> ChainMember:
             result = members[0]
         else:
             result = MultiDeviceBackend(members, make_executor(cfg.executor, len(members)))
+        dispatch_note = None
+        if cfg.dispatch.mode != "off":
+            result, dispatch_note = with_dispatch(cfg, result, name)
         chain_rest = FallbackChain(result, chain[pos + 1:],
                                    lambda n: _start_fallback(cfg, n), start_events=events)
-        result.selection = {"requested": cfg.backend, "chosen": name,
-                            "fallback_events": events, "ranking": ranking,
-                            "devices": result.devices, "describe": result.describe(),
-                            "runtime_fallbacks": chain_rest.events}
+        result.selection = Selection(
+            requested=cfg.backend, chosen=name, fallback_events=events, ranking=ranking,
+            devices=result.devices, describe=result.describe(),
+            runtime_fallbacks=chain_rest.events, executor=cfg.executor, dispatch=dispatch_note)
         if events:
             log.warning("party %s runs on %r instead of %r", cfg.party, name, cfg.backend)
         return result

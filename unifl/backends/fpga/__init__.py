@@ -34,7 +34,7 @@ import numpy as np
 from ...core.contract import Limbs
 from ...core.montgomery import MontContext
 from ...core.errors import BackendUnavailable, ConfigError
-from ...core.backend import Backend, ProbeResult
+from ...core.backend import Backend, ProbeResult, Request, Support
 from .options import MODES, FpgaOptions
 
 if TYPE_CHECKING:       # for annotations only: pyopencl is imported lazily, by the runtime
@@ -113,6 +113,23 @@ class FpgaBackend(Backend):
     def implements(self, op: str) -> bool:
         """True when ``op`` runs natively on this instance (``mont_exp`` only in mode modexp)."""
         return op in self.instance_ops
+
+    def supports(self, request: Request) -> Support:
+        """With a prebuilt ``binary``, only the modulus sizes it carries kernels for
+        (``montmul_L<n>``, and ``mont_exp_L<n>`` in mode modexp); built from source, any size."""
+        base = super().supports(request)
+        have = self.runtime.binary_kernels()
+        if have is None:
+            return base
+        kinds = ("montmul",) + (("mont_exp",) if self.mode == "modexp" else ())
+        missing = [f"{k}_L{n}" for n in request.limb_counts() for k in kinds
+                   if f"{k}_L{n}" not in have]
+        if not missing:
+            return base
+        sizes = sorted(int(k.rsplit("_L", 1)[1]) for k in have if k.startswith("montmul_L"))
+        return Support.of(list(base.reasons) + [
+            f"fpga.binary {self.runtime.binary_path!r} lacks {', '.join(missing)} (it carries "
+            f"limb counts {sizes}; the request's moduli need {request.limb_counts()})"])
 
     @property
     def devices(self) -> list[str]:

@@ -258,6 +258,14 @@ class ClRuntime:
         """One work-item per launch (clEnqueueTask): an .xclbin's compute unit (HLS or RTL)."""
         return self.binary_kind == "xclbin"
 
+    def binary_kernels(self) -> set[str] | None:
+        """The kernel names of the loaded prebuilt binary; None when kernels are built from source
+        (any size, on first use)."""
+        if self._binary_program is None:
+            return None
+        return set(str(self._binary_program.get_info(self.cl.program_info.KERNEL_NAMES))
+                   .split(";"))
+
     def binary_sizes(self) -> list[int]:
         """Limb counts the loaded prebuilt binary carries (from its kernel names)."""
         if self._binary_program is None:

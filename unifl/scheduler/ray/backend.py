@@ -14,7 +14,7 @@ Splitting is the multi-device backend's, by the same rules as for local devices
 products; grouped products), so the result is bit-identical to one device.  A worker that dies
 mid-batch has its piece re-run on a surviving worker (:class:`RayWorkerLost` is a device failure;
 pieces that completed are kept, so nothing is computed twice) and is not used again; the party goes
-on with the rest and says so (a warning, ``selection["ray"]["lost"]``, the report's
+on with the rest and says so (a warning, ``selection.ray["lost"]``, the report's
 ``failed_calls`` / ``fell_back_to``); with none left, the batch and every later one run on the
 party's own chain.
 """
@@ -51,7 +51,6 @@ class ProcessLink(ChainMember):
         self.local = local
         self.name = local.name               # type: ignore[misc]
         self.device = "the party's process"
-        self.selection: dict[str, Any] = {}
 
     def _run(self, op: str, args: tuple) -> Any:
         return run_op(self.local, op, args)
@@ -92,7 +91,6 @@ class RayBackend(ChainMember):
                                     lambda _name: ProcessLink(local))
         #: p, q, p², q² of the private keys seen: a public op on one of them stays here too
         self._secret_moduli: set[int] = set()
-        self.selection: dict[str, Any] = {}
         self._closed = False
 
     # ---- description
@@ -162,8 +160,8 @@ class RayBackend(ChainMember):
         return self._spill.annotate(rows)
 
     def report(self) -> list[dict]:
-        ray_sel = self.selection.get("ray")
-        if isinstance(ray_sel, dict):
+        ray_sel = self.selection.ray if self.selection is not None else None
+        if ray_sel is not None:
             ray_sel["live"] = len(self.live_workers())
             ray_sel["lost"] = self.lost_workers()
         return self.own_report()

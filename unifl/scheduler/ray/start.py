@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BackendUnavailable, ConfigError
 from ..select import local_chain
+from ..selection import Selection
 from .backend import RayBackend
 from .cluster import Connection, connect, import_ray, release
 from .proxy import RayWorkerProxy
@@ -160,21 +161,19 @@ def ray_backend(cfg: PartyConfig) -> RayBackend:
     be = RayBackend(conn, proxies, shipper, local, section.private_key_ops, section.min_rows,
                     frozenset(section.local_ops))
     chosen = sorted({str(info["backend"]) for _, info in started})
-    be.selection = {
-        "requested": cfg.backend, "chosen": chosen[0] if len(chosen) == 1 else "+".join(chosen),
-        "executor": "ray", "fallback_events": events + list(local.selection.get(
-            "fallback_events", [])),
-        "ranking": None, "devices": be.devices, "describe": be.describe(),
-        "runtime_fallbacks": be.runtime_fallbacks,
-        "ray": {"address": section.address, "gcs_address": conn.gcs_address,
-                "workers": section.workers, "started": len(started), "live": len(started),
-                "lost": [], "private_key_ops": section.private_key_ops,
-                "nodes": sorted({str(info["node_id"]) for _, info in started}),
-                "local": local.describe()},
-    }
+    local_events = local.selection.fallback_events if local.selection is not None else []
+    be.selection = Selection(
+        requested=cfg.backend, chosen=chosen[0] if len(chosen) == 1 else "+".join(chosen),
+        executor="ray", fallback_events=events + list(local_events), ranking=None,
+        devices=be.devices, describe=be.describe(), runtime_fallbacks=be.runtime_fallbacks,
+        ray={"address": section.address, "gcs_address": conn.gcs_address,
+             "workers": section.workers, "started": len(started), "live": len(started),
+             "lost": [], "private_key_ops": section.private_key_ops,
+             "nodes": sorted({str(info["node_id"]) for _, info in started}),
+             "local": local.describe()})
     for _, info in started:
         for ev in info.get("fallback_events", []):
-            be.selection["fallback_events"].append(
+            be.selection.fallback_events.append(
                 {"backend": f"{ev['backend']} (ray worker {info['index']})",
                  "reason": ev["reason"]})
     return be

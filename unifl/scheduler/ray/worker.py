@@ -55,7 +55,8 @@ class PartyWorker:
             "backend": self.backend.name,
             "describe": self.backend.describe(),
             "stand_in": stand_in_of(self.backend),
-            "fallback_events": list(self.backend.selection.get("fallback_events", [])),
+            "fallback_events": list(self.backend.selection.fallback_events
+                                    if self.backend.selection is not None else []),
             "native_ops": sorted(op for op in OPS if self.backend.implements(op)),
         })
 
