@@ -23,12 +23,14 @@ encryptions with and without obfuscation), each party's time waiting on its peer
 hits where the party reports them, the backend and device of every op, and the AUC.
 
 ``--link netem`` (root, iproute2) runs our jobs a second time with each party in its own network
-namespace, joined by veth pairs to a bridge in a hub namespace that has no other link, each
-party's egress shaped by ``tc netem`` (half of ``--rtt-ms`` of delay each way, ``--rate-mbit``);
-the namespaces hold only their private 10.x addresses and their own loopback, nothing routes off
-the machine, and the parties still speak mutual TLS.  There each job runs with overlap off and on
-(``--overlap``), giving each party's idle time before and after.  FATE's standalone federation
-passes messages through local storage, not a network, so it has no link to emulate.
+namespace, joined by veth pairs to a bridge in a hub namespace that has no other link (the
+namespaces hold only private 10.x addresses and their own loopback; nothing routes off the
+machine; the parties still speak mutual TLS), behind an emulated link of ``--rtt-ms`` round trip and
+``--rate-mbit`` per party: ``tc netem`` on each party's egress where the kernel has it, else
+``tc tbf`` for the rate and a delaying relay in the hub namespace (``bench/e2e_relay.py``) for the
+round trip (see :class:`NetnsLab`).  There each job runs with overlap off and on (``--overlap``),
+giving each party's idle time before and after.  FATE's standalone federation passes messages
+through local storage, not a network, so it has no link to emulate.
 
 Output: ``--out`` (default ``bench/results/e2e``) gets ``bench_e2e.json`` (every row, the counting
 table, the machine) and ``bench_e2e.png``; progress is printed as it runs.  ``--budget-s`` bounds
@@ -240,8 +242,10 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
     party_files = tls_party_configs(cfgs, work)
     if lab is None:
         addrs = {r: f"127.0.0.1:{free_port()}" for r in roles}
+        peers = {r: {p: addrs[p] for p in roles if p != r} for r in roles}
     else:
-        addrs = {r: f"{lab.address(r)}:{50100 + i}" for i, r in enumerate(roles)}
+        addrs = {r: lab.address(r) for r in roles}
+        peers = {r: {p: lab.peer_address(r, p) for p in roles if p != r} for r in roles}
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     procs: dict[str, subprocess.Popen] = {}
     t0 = time.perf_counter()
@@ -251,7 +255,7 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
                    "--job", str(job_path), "--listen", addrs[role],
                    "--json-out", str(work / f"{role}.json"), "--no-table", "--no-progress",
                    "--data-dir", str(data_dir), "--key-bits", str(bits), "--timeout", "600"]
-            cmd += [f"--peer={p}={a}" for p, a in addrs.items() if p != role]
+            cmd += [f"--peer={p}={a}" for p, a in peers[role].items()]
             if lab is not None:
                 cmd = lab.exec_prefix(role) + cmd
             with open(work / f"{role}.log", "w") as log:
@@ -297,15 +301,20 @@ def party_summary(res: dict[str, Any], epochs: int) -> dict[str, Any]:
                                    "stand_in", "pool", "where", "reason") if k in r}
            for r in backend.get("report", [])]
     net = res.get("network", {})
-    out = {"wall_s": res.get("wall_seconds"), "idle_s": net.get("seconds_waiting"),
-           "send_s": net.get("seconds_sending"), "bytes_sent": net.get("bytes_sent"),
+    ovl = res.get("overlap", {})
+    out = {"wall_s": res.get("wall_seconds"),
+           # the party's own thread, blocked on its peers: receiving, and sending (overlap on:
+           # only when its send queue was full); the transport's waits for comparison
+           "idle_s": (ovl.get("blocked_recv_s", 0.0) + ovl.get("blocked_send_s", 0.0)
+                      if ovl else net.get("seconds_waiting")),
+           "blocked_recv_s": ovl.get("blocked_recv_s"), "blocked_send_s": ovl.get("blocked_send_s"),
+           "transport_wait_s": net.get("seconds_waiting"),
+           "transport_send_s": net.get("seconds_sending"), "bytes_sent": net.get("bytes_sent"),
            "crypto_s": sum(float(o.get("seconds") or 0) for o in ops),
            "ops": ops, "elements_per_epoch": per_epoch(ops, epochs),
-           "chosen": backend.get("selection", {}).get("chosen"),
-           "timings": res.get("timings", [])}
-    for key in ("pool", "dispatch", "overlap"):
-        if key in res or key in backend:
-            out[key] = res.get(key, backend.get(key))
+           "chosen": backend.get("chosen"), "timings": res.get("timings", []),
+           "pool": ovl.get("pool"), "obfuscators": backend.get("obfuscators"),
+           "dispatch": backend.get("dispatch")}
     return out
 
 
@@ -402,17 +411,30 @@ def fate_counts(folder: Path, epochs: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ emulated link
 class NetnsLab:
-    """Each party in its own network namespace; veth pairs into a bridge in a hub namespace with
-    no other link; ``tc netem`` on each party's egress (delay rtt/2, rate).  Names carry this
-    process's pid; ``close`` deletes exactly the namespaces it made."""
+    """Each party in its own network namespace, joined by a veth pair to a bridge in a hub
+    namespace that has no other link; every namespace holds only its private 10.x address and its
+    own loopback, so nothing routes off the machine.
 
-    def __init__(self, roles: Sequence[str], rtt_ms: float, rate_mbit: float) -> None:
+    The link: where the kernel has ``sch_netem``, ``tc netem`` on each party's egress (delay
+    rtt/2, rate); where it does not (this project's VMs: "Specified qdisc kind is unknown"), the
+    rate is ``tc tbf`` on each party's egress and the delay a relay process in the hub namespace
+    (``bench/e2e_relay.py``: every byte written rtt/2 after it was read, each way), through which
+    every party reaches every peer.  Names carry this process's pid; ``close`` deletes exactly the
+    namespaces and the relay it made."""
+
+    ROLES = ("guest", "host", "arbiter")
+
+    def __init__(self, rtt_ms: float, rate_mbit: float) -> None:
         self.rtt_ms, self.rate_mbit = rtt_ms, rate_mbit
         tag = os.getpid() % 100000
+        net = f"10.77.{tag % 250}"
         self.hub = f"ufl{tag}hub"
-        self.ns = {r: f"ufl{tag}{r[0]}" for r in roles}
-        self.addr = {r: f"10.77.{tag % 250}.{i + 1}" for i, r in enumerate(roles)}
+        self.hub_addr = f"{net}.254"
+        self.ns = {r: f"ufl{tag}{r[0]}" for r in self.ROLES}
+        self.addr = {r: f"{net}.{i + 1}" for i, r in enumerate(self.ROLES)}
         self.made: list[str] = []
+        self.relay: subprocess.Popen | None = None
+        self.mode = "netem"
         try:
             self._build()
         except BaseException:
@@ -428,46 +450,105 @@ class NetnsLab:
                 return f"`{tool}` not found (apt-get install iproute2)"
         return None
 
-    def _ip(self, *args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+    @staticmethod
+    def _run(*cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(cmd), check=True, capture_output=True, text=True)
+
+    def _ns(self, ns: str, *cmd: str) -> subprocess.CompletedProcess:
+        return self._run("ip", "netns", "exec", ns, *cmd)
+
+    def port(self, role: str) -> int:
+        return 50100 + self.ROLES.index(role)
+
+    def relay_port(self, src: str, dst: str) -> int:
+        return 51000 + 10 * self.ROLES.index(src) + self.ROLES.index(dst)
 
     def _build(self) -> None:
         for ns in [self.hub, *self.ns.values()]:
-            self._ip("netns", "add", ns)
+            self._run("ip", "netns", "add", ns)
             self.made.append(ns)
-            self._ip("-n", ns, "link", "set", "lo", "up")
-        self._ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        self._ip("-n", self.hub, "link", "set", "br0", "up")
-        delay = f"{self.rtt_ms / 2:g}ms"
+            self._run("ip", "-n", ns, "link", "set", "lo", "up")
+        self._run("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
+        self._run("ip", "-n", self.hub, "addr", "add", f"{self.hub_addr}/24", "dev", "br0")
+        self._run("ip", "-n", self.hub, "link", "set", "br0", "up")
         for role, ns in self.ns.items():
-            self._ip("-n", self.hub, "link", "add", f"h-{role[0]}", "type", "veth", "peer", "name",
-                     "eth0", "netns", ns)
-            self._ip("-n", self.hub, "link", "set", f"h-{role[0]}", "master", "br0", "up")
-            self._ip("-n", ns, "addr", "add", f"{self.addr[role]}/24", "dev", "eth0")
-            self._ip("-n", ns, "link", "set", "eth0", "up")
-            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root",
-                            "netem", "delay", delay, "rate", f"{self.rate_mbit:g}mbit",
-                            "limit", "100000"], check=True, capture_output=True, text=True)
+            self._run("ip", "-n", self.hub, "link", "add", f"h-{role[0]}", "type", "veth",
+                      "peer", "name", "eth0", "netns", ns)
+            self._run("ip", "-n", self.hub, "link", "set", f"h-{role[0]}", "master", "br0", "up")
+            self._run("ip", "-n", ns, "addr", "add", f"{self.addr[role]}/24", "dev", "eth0")
+            self._run("ip", "-n", ns, "link", "set", "eth0", "up")
+        delay = f"{self.rtt_ms / 2:g}ms"
+        rate = f"{self.rate_mbit:g}mbit"
+        first = self.ns[self.ROLES[0]]
+        probe = subprocess.run(["ip", "netns", "exec", first, "tc", "qdisc", "add", "dev", "eth0",
+                                "root", "netem", "delay", delay, "rate", rate, "limit", "100000"],
+                               capture_output=True, text=True)
+        self.mode = "netem" if probe.returncode == 0 else "relay+tbf"
+        for role, ns in self.ns.items():
+            if self.mode == "netem":
+                if ns != first:
+                    self._ns(ns, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay",
+                             delay, "rate", rate, "limit", "100000")
+            else:
+                self._ns(ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                         "burst", "256kb", "latency", "200ms")
+        if self.mode == "relay+tbf":
+            routes = [f"--route={self.hub_addr}:{self.relay_port(a, b)}="
+                      f"{self.addr[b]}:{self.port(b)}"
+                      for a in self.ROLES for b in self.ROLES if a != b]
+            self.relay = subprocess.Popen(
+                ["ip", "netns", "exec", self.hub, sys.executable, str(ROOT / "bench" /
+                                                                      "e2e_relay.py"),
+                 "--delay-ms", f"{self.rtt_ms / 2:g}", f"--echo={self.hub_addr}:51999", *routes],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True)
+            assert self.relay.stdout is not None
+            line = self.relay.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"the delay relay did not start: {line!r}")
 
     def address(self, role: str) -> str:
-        return self.addr[role]
+        """Where ``role`` listens (inside its namespace)."""
+        return f"{self.addr[role]}:{self.port(role)}"
+
+    def peer_address(self, role: str, peer: str) -> str:
+        """Where ``role`` reaches ``peer``: directly (netem) or through the relay."""
+        if self.mode == "netem":
+            return self.address(peer)
+        return f"{self.hub_addr}:{self.relay_port(role, peer)}"
 
     def exec_prefix(self, role: str) -> list[str]:
         return ["ip", "netns", "exec", self.ns[role]]
 
     def describe(self) -> str:
-        return f"netem {self.rtt_ms:g} ms RTT, {self.rate_mbit:g} Mbit/s"
+        return f"{self.rtt_ms:g} ms RTT, {self.rate_mbit:g} Mbit/s ({self.mode})"
 
-    def ping_ms(self, a: str, b: str) -> float | None:
-        """Measured round trip a -> b (a check that the link is what it says)."""
-        p = subprocess.run(self.exec_prefix(a) + ["ping", "-c", "3", "-q", self.addr[b]],
-                           capture_output=True, text=True)
-        for line in p.stdout.splitlines():
-            if "min/avg/max" in line:
-                return float(line.split("=")[1].split("/")[1])
-        return None
+    def round_trip_ms(self, role: str) -> float | None:
+        """A measured round trip from ``role``'s namespace: TCP through the relay's echo port
+        (relay mode) or ICMP to another party (netem mode); a check that the link is what it says."""
+        if self.mode == "netem":
+            other = next(r for r in self.ROLES if r != role)
+            p = subprocess.run(self.exec_prefix(role) + ["ping", "-c", "3", "-q",
+                                                         self.addr[other]],
+                               capture_output=True, text=True)
+            for line in p.stdout.splitlines():
+                if "min/avg/max" in line:
+                    return float(line.split("=")[1].split("/")[1])
+            return None
+        code = ("import socket,time;s=socket.create_connection(('%s',51999));t=[]\n"
+                "for _ in range(5):\n t0=time.perf_counter();s.sendall(b'x');s.recv(1);"
+                "t.append(time.perf_counter()-t0)\nprint(min(t)*1000)" % self.hub_addr)
+        p = subprocess.run(self.exec_prefix(role) + [sys.executable, "-c", code],
+                           capture_output=True, text=True, timeout=30)
+        try:
+            return float(p.stdout.strip())
+        except ValueError:
+            return None
 
     def close(self) -> None:
+        if self.relay is not None:
+            _kill_group(self.relay)
+            self.relay = None
         for ns in reversed(self.made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.made.clear()
@@ -640,11 +721,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 elif link == "netem" and lab is None:
                     why = NetnsLab.unavailable()
                     if why is None:
-                        lab = NetnsLab(("guest", "host", "arbiter"), a.rtt_ms, a.rate_mbit)
-                        rtt = lab.ping_ms("guest", "host")
-                        result["netem"] = {"rtt_ms": a.rtt_ms, "rate_mbit": a.rate_mbit,
-                                           "measured_ping_ms": rtt}
-                        say(f"netem lab up: guest -> host ping {rtt} ms")
+                        lab = NetnsLab(a.rtt_ms, a.rate_mbit)
+                        rtt = lab.round_trip_ms("guest")
+                        result["link"] = {"rtt_ms": a.rtt_ms, "rate_mbit": a.rate_mbit,
+                                          "mode": lab.mode, "measured_round_trip_ms": rtt}
+                        say(f"emulated link up ({lab.describe()}): measured round trip "
+                            f"{rtt} ms")
                     else:
                         skip = f"no emulated link: {why}"
             elif py is None:
