@@ -70,7 +70,13 @@ SEED = 42
 FEATURES = {"guest": 13, "host": 10}
 LEARNING_RATE = 0.15
 START_ORDER = ("arbiter", "host", "guest")      # servers first; the guest drives the job
-VARIANTS = {"two-party": ("guest", "host"), "arbiter": ("guest", "host", "arbiter")}
+#: our jobs: the parties, and whether the per-row encryptions use the DJN fixed base (the
+#: ``fixed_base`` option: short random exponents from a comb table, resting on DJN's
+#: short-exponent assumption; never the default)
+VARIANTS = {"two-party": (("guest", "host"), False),
+            "arbiter": (("guest", "host", "arbiter"), False),
+            "two-party-djn": (("guest", "host"), True),
+            "arbiter-djn": (("guest", "host", "arbiter"), True)}
 
 T0 = time.monotonic()
 
@@ -162,8 +168,11 @@ def our_job(variant: str, bits: int, epochs: int, rows: int, overlap: bool | Non
         params["max_rows"] = rows
     if overlap is not None:
         params["overlap"] = overlap
+    parties, djn = VARIANTS[variant]
+    if djn:
+        params["fixed_base"] = True
     return {"job_id": f"e2e-{variant}-{bits}", "algorithm": "vlr", "dataset": "default_credit",
-            "parties": list(VARIANTS[variant]), "seed": SEED, "key_bits": bits, "params": params}
+            "parties": list(parties), "seed": SEED, "key_bits": bits, "params": params}
 
 
 def has_overlap_param() -> bool:
@@ -178,11 +187,23 @@ def backend_missing(name: str) -> str | None:
     return None if pr.available else (pr.reason or "unavailable")
 
 
-def _party_yaml(role: str, backend: str, bits: int, path: Path) -> Path:
+def _party_yaml(role: str, backend: str, bits: int, path: Path, threads: int | None) -> Path:
     import yaml
-    path.write_text(yaml.safe_dump({"party": role, "backend": backend, "fallback": [],
-                                    "key_bits": bits, "network": {"timeout_s": 600}}))
+    cfg: dict[str, Any] = {"party": role, "backend": backend, "fallback": [], "key_bits": bits,
+                           "network": {"timeout_s": 600}}
+    if threads is not None and backend == "native":
+        cfg["native"] = {"threads": threads}
+    path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def cpu_sets(roles: Sequence[str]) -> dict[str, list[int]]:
+    """One CPU per party (``--pin-cpus``), as if each ran on a machine of its own: the guest the
+    first CPU this process may use, the host the second, the arbiter the last (it shares one when
+    there are fewer CPUs than parties; it only decrypts a few values per batch)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    plan = {"guest": cpus[0], "host": cpus[1 % len(cpus)], "arbiter": cpus[-1]}
+    return {r: [plan[r]] for r in roles}
 
 
 def _kill_group(p: subprocess.Popen) -> None:
@@ -226,19 +247,21 @@ def _wait_all(procs: dict[str, subprocess.Popen], timeout: float, label: str) ->
 
 def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, rows: int,
              overlap: bool | None, data_dir: Path, work: Path, timeout: float,
-             lab: "NetnsLab | None" = None) -> dict[str, Any]:
+             lab: "NetnsLab | None" = None, pin: bool = False) -> dict[str, Any]:
     """One of our jobs, each party its own process; the row of it."""
     import yaml
 
     from unifl.app.params import load_job
     from unifl.demo import free_port, tls_party_configs
-    roles = VARIANTS[variant]
+    roles = VARIANTS[variant][0]
     work.mkdir(parents=True, exist_ok=True)
     job_path = work / "job.yaml"
     job_path.write_text(yaml.safe_dump(our_job(variant, bits, epochs, rows, overlap),
                                        sort_keys=False))
     load_job(job_path)
-    cfgs = {r: str(_party_yaml(r, placement[r], bits, work / f"{r}.base.yaml")) for r in roles}
+    pins = cpu_sets(roles) if pin else {}
+    cfgs = {r: str(_party_yaml(r, placement[r], bits, work / f"{r}.base.yaml",
+                               len(pins[r]) if pin else None)) for r in roles}
     party_files = tls_party_configs(cfgs, work)
     if lab is None:
         addrs = {r: f"127.0.0.1:{free_port()}" for r in roles}
@@ -256,6 +279,8 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
                    "--json-out", str(work / f"{role}.json"), "--no-table", "--no-progress",
                    "--data-dir", str(data_dir), "--key-bits", str(bits), "--timeout", "600"]
             cmd += [f"--peer={p}={a}" for p, a in peers[role].items()]
+            if pin:
+                cmd = ["taskset", "-c", ",".join(map(str, pins[role]))] + cmd
             if lab is not None:
                 cmd = lab.exec_prefix(role) + cmd
             with open(work / f"{role}.log", "w") as log:
@@ -281,7 +306,7 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
     row: dict[str, Any] = {"impl": f"unifl {variant}", "key_bits": bits, "placement": placement,
                            "epochs": epochs, "overlap": overlap,
                            "link": "loopback" if lab is None else lab.describe(),
-                           "process_wall_s": process_wall}
+                           "cpus": pins or None, "process_wall_s": process_wall}
     if problem or errors:
         row.update(status="failed", reason="; ".join(
             [problem or ""] + [f"{r}: {m}" for r, m in errors.items()]).strip("; "))
@@ -605,6 +630,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
         for r in sel:
             pl = "/".join(r["placement"].get(k, "") for k in ("guest", "host"))
             ovl = "" if r.get("overlap") is None else (" overlap" if r["overlap"] else " no overlap")
+            ovl += ", 1 CPU each" if r.get("cpus") else ""
             labels.append(f"{r['impl']} [{pl}]{ovl}")
             walls.append(r["wall_s"])
             idles.append(r.get("parties", {}).get("guest", {}).get("idle_s") or 0.0)
@@ -633,7 +659,8 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--key-bits", type=int, nargs="+", default=[1024, 2048])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--rows", type=int, default=0, help="subsample (0: all 30,000 rows)")
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                   help="our jobs (-djn: with the DJN fixed-base option)")
     p.add_argument("--placements", nargs="+", default=["native,native", "gpu,native", "gpu,gpu"],
                    help="GUEST,HOST backends (the arbiter runs native)")
     p.add_argument("--fate-kinds", nargs="*", default=["paillier", "unifl"],
@@ -642,6 +669,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--link", choices=["loopback", "netem", "both"], default="loopback")
     p.add_argument("--rtt-ms", type=float, default=20.0)
     p.add_argument("--rate-mbit", type=float, default=100.0)
+    p.add_argument("--pin-cpus", action="store_true",
+                   help="each party of our jobs on a CPU of its own (taskset; native threads 1), "
+                        "as if on separate machines")
     p.add_argument("--overlap", nargs="+", default=None, choices=["on", "off"],
                    help="loopback default: on; netem default: off on")
     p.add_argument("--budget-s", type=float, default=4 * 3600.0)
@@ -658,6 +688,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         a.rows, a.epochs, a.key_bits = a.rows or 3000, 1, [1024]
     if a.gpu:
         a.key_bits, a.epochs, a.fate_kinds = [2048], 1, []
+        a.variants = ["two-party", "arbiter"]
         a.placements = ["native,native", "gpu,native", "gpu,gpu"]
     return a
 
@@ -745,7 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if spec["kind"] == "ours":
                 row = run_ours(spec["variant"], spec["placement"], bits, a.epochs, a.rows,
                                spec["overlap"] if overlap_known else None, data_dir, work,
-                               timeout, lab if link == "netem" else None)
+                               timeout, lab if link == "netem" else None, a.pin_cpus)
             else:
                 assert py is not None
                 row = run_fate(spec["fate_kind"], bits, a.epochs, split, py, work, timeout)
