@@ -670,8 +670,8 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rtt-ms", type=float, default=20.0)
     p.add_argument("--rate-mbit", type=float, default=100.0)
     p.add_argument("--pin-cpus", action="store_true",
-                   help="each party of our jobs on a CPU of its own (taskset; native threads 1), "
-                        "as if on separate machines")
+                   help="on the emulated link, each party of our jobs on a CPU of its own "
+                        "(taskset; native threads 1), as if on separate machines")
     p.add_argument("--overlap", nargs="+", default=None, choices=["on", "off"],
                    help="loopback default: on; netem default: off on")
     p.add_argument("--budget-s", type=float, default=4 * 3600.0)
@@ -776,7 +776,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if spec["kind"] == "ours":
                 row = run_ours(spec["variant"], spec["placement"], bits, a.epochs, a.rows,
                                spec["overlap"] if overlap_known else None, data_dir, work,
-                               timeout, lab if link == "netem" else None, a.pin_cpus)
+                               timeout, lab if link == "netem" else None,
+                               a.pin_cpus and link == "netem")
             else:
                 assert py is not None
                 row = run_fate(spec["fate_kind"], bits, a.epochs, split, py, work, timeout)
