@@ -240,3 +240,35 @@ def test_declared_counts_hold_each_party_to_its_own():
         psi.intersect("guest", job, g, BE, GUEST_IDS, Timings())
     with pytest.raises(ConfigError, match="max_ids"):
         psi_job({"guest": 0, "host": 3})
+
+
+def test_declared_counts_bound_the_guests_blinded_values_too():
+    """The host refuses more blinded values than the guest's declared count, before signing."""
+    g, h = pair()
+    job = psi_job({"guest": 3, "host": len(HOST_IDS)})
+    host = Party(lambda: psi.intersect("host", job, h, BE, HOST_IDS, Timings()), h)
+    pk = g.recv("host", "psi/pk")
+    psi.verify_host_key(g, pk, BE)
+    blinded, _ = pk.blind(full_domain_hash(["1", "2", "3", "4"], pk.n), BE)
+    g.send("host", "psi/blinded", psi._ints_to_u64(blinded, pk.n))
+    host.join()
+    assert isinstance(host.error, ProtocolViolation) and "limit of 3" in str(host.error)
+    with pytest.raises(TransportError):
+        g.recv("host", "psi/signed", timeout=0.3)
+
+
+def test_a_guest_may_report_less_than_it_found():
+    """What remains with a malicious guest: it may report any subset of the ids it signed that
+    the host holds (here none), and the host takes it; it cannot add an id (tests in
+    test_attack_psi_sb.py)."""
+    g, h = pair()
+    host = Party(lambda: psi.psi_host(h, HOST_IDS, BE, key_bits=BITS), h)
+    pk = g.recv("host", "psi/pk")
+    psi.verify_host_key(g, pk, BE)
+    blinded, _ = pk.blind(full_domain_hash(HOST_IDS[:5], pk.n), BE)
+    g.send("host", "psi/blinded", psi._ints_to_u64(blinded, pk.n))
+    g.recv("host", "psi/signed")
+    g.recv("host", "psi/host_digests")
+    g.send("host", "psi/result", b"")
+    host.join()
+    assert host.error is None and host.result == []

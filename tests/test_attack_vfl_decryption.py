@@ -200,6 +200,8 @@ def test_honest_openings_pass_and_forgeries_fail():
     m, r = reply["m"], reply["r"]
     cases = {
         "plaintext + 1": {"m": [(m[0] + 1) % n] + m[1:], "r": r},
+        # a lie that cancels in the plain sum: the batched check's random weights still see it
+        "+δ and −δ": {"m": [(m[0] + 5) % n, (m[1] - 5) % n] + m[2:], "r": r},
         "r · 2": {"m": m, "r": [r[0] * 2 % n] + r[1:]},
         "r = 0": {"m": m, "r": [0] + r[1:]},
         "r a multiple of p": {"m": m, "r": [sk.p] + r[1:]},

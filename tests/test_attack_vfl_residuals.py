@@ -21,12 +21,13 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import codec, vertical
+from unifl.app import codec, reference, vertical
 from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_job, validate_job
 from unifl.core.errors import ProtocolViolation, TransportError
 from unifl.phe_sdk import EncryptedArray, paillier
+from unifl.phe_sdk.opening import check_opening
 
 BE = unifl.backend("native")
 SEED = 7
@@ -190,3 +191,104 @@ def test_the_parties_must_agree_on_the_bound():
         th.join(60)
     for role in ("guest", "host"):
         assert isinstance(out[role], vertical.ConfigError) and "residual_bound" in str(out[role])
+
+
+# ------------------------------------------------------------------ decryption requests
+class SwapRequest(LocalTransport):
+    """A party whose decryption request of batch ``batch`` is, in place of its masked gradient,
+    the first d of the peer's ciphertexts it received on stream ``stream`` of that batch,
+    re-randomised and relabelled scale 0 (what the request checks cannot refuse); it keeps the
+    key owner's reply."""
+
+    def __init__(self, role, hub, batch: int, stream: str, d: int) -> None:
+        super().__init__(role, hub)
+        self.stream_tag = f"vfl/e0/b{batch}/{stream}"
+        self.request_tag = f"vfl/e0/b{batch}/masked_{'g' if role == 'guest' else 'h'}"
+        self.reply_tag = f"vfl/e0/b{batch}/plain_{'g' if role == 'guest' else 'h'}"
+        self.d = d
+        self.keys: dict[bytes, paillier.PublicKey] = {}
+        self.received: EncryptedArray | None = None
+        self.sent: EncryptedArray | None = None
+        self.reply = None
+
+    def _key(self, data):
+        key = codec.decode(data)
+        self.keys[codec.fingerprint16(key)] = key
+
+    def send(self, dst, tag, data):
+        if tag == "vfl/pk":
+            self._key(data)
+        if tag == self.request_tag and self.received is not None:
+            part = self.received[:self.d].obfuscate()
+            self.sent = EncryptedArray(part.public_key, part.limbs, part.shape, 0, 1, BE)
+            data = codec.encode(self.sent)
+        super().send(dst, tag, data)
+
+    def recv(self, src, tag, timeout=None):
+        data = super().recv(src, tag, timeout)
+        if tag == "vfl/pk":
+            self._key(data)
+        if tag == self.stream_tag and self.received is None:
+            msg = codec.decode(data, self.keys.get)
+            if "data" in msg:
+                self.received = msg["data"]
+        if tag == self.reply_tag:
+            self.reply = codec.decode(data)
+        return data
+
+
+def swap_job(parties) -> dict:
+    return validate_job({"job_id": "swap", "algorithm": "vlr", "dataset": "breast",
+                         "parties": list(parties), "seed": SEED, "key_bits": 1024,
+                         "params": {"epochs": 1, "batch_size": 64, "learning_rate": LR,
+                                    "tol": None, "features": {"guest": 10, "host": 20}}})
+
+
+@pytest.mark.parametrize("parties,role,batch,stream", [
+    (("guest", "host"), "guest", 1, "zh"),
+    (("guest", "host", "arbiter"), "guest", 1, "zh"),
+    (("guest", "host", "arbiter"), "host", 0, "d"),
+], ids=["two-party guest", "arbiter guest", "arbiter host"])
+def test_a_request_of_the_peers_ciphertexts_is_decrypted(parties, role, batch, stream):
+    """What the request checks leave (docs/app.md): in place of its own gradient for a batch, a
+    party has d re-randomised ciphertexts of the peer's decrypted -- the guest z_h of d_g rows
+    (here batch 1, after one update of w_h), the host (arbiter variant) d' of d_h rows, which in
+    the first batch (w = 0) is −2y±: labels.  The two-party host's case is
+    tests/test_attack_vfl.py::test_documented_limit_rerandomised_combination_passes."""
+    job = swap_job(parties)
+    d = 11 if role == "guest" else 20
+    hub = local_transports(parties)["guest"].hub
+    tap = SwapRequest(role, hub, batch, stream, d)
+    ts = {r: tap if r == role else LocalTransport(r, hub) for r in parties}
+    out: dict = {}
+
+    def party(r):
+        chan = Channel(ts[r], 30, BE)
+        try:
+            out[r] = run_job(r, job, chan, BE, progress=False)
+        except BaseException as exc:  # noqa: BLE001
+            out[r] = exc
+        finally:
+            chan.close()
+
+    threads = [threading.Thread(target=party, args=(r,)) for r in parties]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert tap.reply is not None and tap.sent is not None
+    m = check_opening(tap.sent, tap.reply["m"], tap.reply["r"])   # the decryption of those
+    n = tap.sent.public_key.n
+    got = np.array([(v - n if v > n // 2 else v) / 2.0 ** 24 for v in m])
+    p = vertical.VerticalParams.from_job(job["params"])
+    ids = sorted_ids(load_party("breast", "guest").ids)
+    g = vertical.prepare("guest", "breast", ids, p, SEED, None)
+    h = vertical.prepare("host", "breast", ids, p, SEED, None)
+    plan = reference.batches(g.n_train, 64, SEED, 0, reference.vertical_min_rows(11, 20))
+    y_pm = 2.0 * g.y_train - 1.0
+    if role == "guest":
+        b0, b1 = plan[0], plan[1]
+        w_h = -LR * 0.25 * (h.X_train[b0].T @ (-2.0 * y_pm[b0])) / len(b0)   # after batch 0
+        np.testing.assert_allclose(got, h.X_train[b1[:d]] @ w_h, atol=2.0 ** -20)
+    else:
+        np.testing.assert_array_equal(got, -2.0 * y_pm[plan[0][:d]])

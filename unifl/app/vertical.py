@@ -46,7 +46,9 @@ solve for d; a ``batch_size`` that cannot meet this is a ConfigError at both par
 
 Each party sees only the other's ciphertexts, a uniformly masked value and its own gradient,
 never z, y or d in clear; docs/app.md says what each learns per step and what a deviating party
-can still obtain without zero-knowledge proofs.
+can still obtain: d re-randomised combinations of the peer's ciphertexts decrypted in place of its
+own gradient, and -- the guest choosing its residual share u, held to ``residual_bound`` by
+:class:`ShareBound` -- the host's test predictions for weights it steered.
 
 **With an arbiter** (FLASH A.2, FATE's coordinated LR/LinR): the arbiter generates the key pair A
 and sends the public key; host -> guest [[z_h]]_A and guest -> host [[u]]_A, each a fresh

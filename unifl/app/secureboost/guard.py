@@ -30,7 +30,13 @@ class HostGuard:
     active node (>= 2 rows), with a feature < the host's feature count and a bin < num_bins − 1
     (a split at the last bin sends every row left), each node at most once.  Without these
     bounds a guest could put every row in a node of its own, or ask every (feature, bin) at the
-    root, and read the host's whole binned matrix.
+    root, and have the host's whole binned matrix handed to it by the split answers.
+
+    What the guard cannot do: the histograms it lets through are sums of whatever the guest
+    encrypted.  A guest that encrypts chosen values (2^k for row k) in place of its gradients
+    reads the bins of ``cell_bits`` − 1 rows per histogram, and so the whole binned training
+    matrix over a few trees -- inherent without a proof that the inputs are the gradients
+    (docs/app.md, *SecureBoost*; tests/test_attack_sbt_guest.py).
     """
 
     LEVEL_FIELDS = frozenset({"tree", "depth", "active", "nodes", "want"})

@@ -37,6 +37,10 @@ written separately from this description; the tests require identical trees.  Th
 As in SecureBoost, the host learns the instance space of each node (which rows share a node), never
 a gradient or label.  The host answers only the queries this protocol makes (:class:`HostGuard`):
 the levels of trees it expects, histograms of one child per split, one split query per node.
+That bounds the queries, not their inputs: a malicious guest that encrypts chosen values in place
+of its gradients reads the host's binned training matrix from the histograms (bins, never values
+or edges), and a malicious host answers for features of its own making; docs/app.md states both
+exactly.
 Prediction: the host sends, for each of its records, the rows of the held-out split that go left;
 the guest walks the trees and reports the AUC.
 """
