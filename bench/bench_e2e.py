@@ -352,7 +352,8 @@ def per_epoch(ops: Sequence[dict[str, Any]], epochs: int) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------ FATE
 def fate_python(arg: str | None) -> str | None:
-    for c in (arg, os.environ.get("UNIFL_FATE_PYTHON"), str(ROOT / ".venv-fate" / "bin" / "python")):
+    default = str(ROOT / ".venv-fate" / "bin" / "python")
+    for c in (arg, os.environ.get("UNIFL_FATE_PYTHON"), default):
         if c and Path(c).is_file():
             return c
     return None
@@ -550,7 +551,8 @@ class NetnsLab:
 
     def round_trip_ms(self, role: str) -> float | None:
         """A measured round trip from ``role``'s namespace: TCP through the relay's echo port
-        (relay mode) or ICMP to another party (netem mode); a check that the link is what it says."""
+        (relay mode) or ICMP to another party (netem mode): a check that the link is what it
+        says."""
         if self.mode == "netem":
             other = next(r for r in self.ROLES if r != role)
             p = subprocess.run(self.exec_prefix(role) + ["ping", "-c", "3", "-q",
@@ -606,8 +608,8 @@ def print_table(rows: Sequence[dict[str, Any]]) -> None:
             print(f"{r['impl']:48} {r['key_bits']:>5} {pl:18} {r['link'][:12]:12} "
                   f"{str(r.get('overlap'))[:4]:>4}  {r.get('status')}: {r.get('reason', '')[:60]}")
             continue
-        idle = ", ".join(f"{k} {v.get('idle_s', 0) or 0:.1f}" for k, v in r.get("parties", {}).items()
-                         if v.get("idle_s") is not None)
+        idle = ", ".join(f"{k} {v.get('idle_s', 0) or 0:.1f}"
+                         for k, v in r.get("parties", {}).items() if v.get("idle_s") is not None)
         print(f"{r['impl']:48} {r['key_bits']:>5} {pl:18} {r['link'][:12]:12} "
               f"{str(r.get('overlap'))[:4]:>4} {r['wall_s']:8.1f} {r.get('auc') or 0:7.4f}  {idle}")
     print("=" * 110)
@@ -629,7 +631,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
         labels, walls, idles = [], [], []
         for r in sel:
             pl = "/".join(r["placement"].get(k, "") for k in ("guest", "host"))
-            ovl = "" if r.get("overlap") is None else (" overlap" if r["overlap"] else " no overlap")
+            ovl = ("" if r.get("overlap") is None
+                   else " overlap" if r["overlap"] else " no overlap")
             ovl += ", 1 CPU each" if r.get("cpus") else ""
             labels.append(f"{r['impl']} [{pl}]{ovl}")
             walls.append(r["wall_s"])

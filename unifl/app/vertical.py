@@ -54,11 +54,11 @@ own gradient, and -- the guest choosing its residual share u, held to ``residual
 and sends the public key; host -> guest [[z_h]]_A and guest -> host [[u]]_A, each a fresh
 encryption of the sender's own share, so neither waits for the other's chunk before encrypting
 (the message flow of FATE's coordinated LR; n encryptions per party and epoch, as a guest that
-re-randomised [[z_h]]_A + u for the host would need, but computed side by side); both form [[d']]_A = [[peer's share]] + own
-share and compute masked [[X^T d' + R]]_A, and the arbiter decrypts them and returns the masked
-residues with
-their randomness, which each party checks as above; the arbiter decrypts a request only in the
-gradient shape both parties announced, each ciphertext once.
+re-randomised [[z_h]]_A + u for the host would need, but computed side by side); both form
+[[d']]_A = [[peer's share]] + own share and compute masked [[X^T d' + R]]_A, and the arbiter
+decrypts them and returns the masked residues with their randomness, which each party checks as
+above; the arbiter decrypts a request only in the gradient shape both parties announced, each
+ciphertext once.
 
 **Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, in chunks, as in
 FATE's prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are
