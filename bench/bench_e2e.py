@@ -649,7 +649,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("seconds")
         ax.set_title(f"default_credit vertical LR, {g[1]}-bit keys, {g[0]}", fontsize=10)
         ax.set_xlim(0, max(walls) * 1.45)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
