@@ -91,8 +91,8 @@ class ChosenShare(LocalTransport):
 def run(parties, share: np.ndarray) -> tuple[dict, ChosenShare]:
     job = vjob(parties)
     hub = local_transports(parties)["guest"].hub
-    stream = "d" if "arbiter" in parties else "u"
-    guest = ChosenShare(hub, f"vfl/e0/b0/{stream}", share)
+    # the guest's own share travels as [[u]] in both variants (under the arbiter's key with one)
+    guest = ChosenShare(hub, "vfl/e0/b0/u", share)
     ts = {r: guest if r == "guest" else LocalTransport(r, hub) for r in parties}
     out: dict = {}
 
@@ -247,13 +247,13 @@ def swap_job(parties) -> dict:
 @pytest.mark.parametrize("parties,role,batch,stream", [
     (("guest", "host"), "guest", 1, "zh"),
     (("guest", "host", "arbiter"), "guest", 1, "zh"),
-    (("guest", "host", "arbiter"), "host", 0, "d"),
+    (("guest", "host", "arbiter"), "host", 0, "u"),
 ], ids=["two-party guest", "arbiter guest", "arbiter host"])
 def test_a_request_of_the_peers_ciphertexts_is_decrypted(parties, role, batch, stream):
     """What the request checks leave (docs/app.md): in place of its own gradient for a batch, a
     party has d re-randomised ciphertexts of the peer's decrypted -- the guest z_h of d_g rows
-    (here batch 1, after one update of w_h), the host (arbiter variant) d' of d_h rows, which in
-    the first batch (w = 0) is −2y±: labels.  The two-party host's case is
+    (here batch 1, after one update of w_h), the host (arbiter variant) the guest's share u of d_h
+    rows, which in the first batch (w = 0) is −2y±: labels.  The two-party host's case is
     tests/test_attack_vfl.py::test_documented_limit_rerandomised_combination_passes."""
     job = swap_job(parties)
     d = 11 if role == "guest" else 20

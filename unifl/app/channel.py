@@ -48,6 +48,15 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+class Messenger(Protocol):
+    """What the protocol code needs of a party's link: objects to and from named roles
+    (:class:`Channel`, or :class:`unifl.app.overlap.PeerLink` over one)."""
+
+    def send(self, dst: str, tag: str, obj: Any) -> None: ...
+
+    def recv(self, src: str, tag: str, timeout: float | None = None) -> Any: ...
+
+
 class LocalHub:
     """The shared mailbox of a set of ``LocalTransport`` s: one FIFO per (src, dst, tag)."""
 

@@ -23,21 +23,21 @@ from typing import Any
 
 from ..core.errors import ProtocolViolation
 from .batching import chunk_bounds
-from .channel import Channel
+from .channel import Messenger
 
 __all__ = ["chunk_bounds", "send_chunk", "send_end", "recv_chunk", "recv_end"]
 
 _CHUNK_FIELDS = frozenset({"chunk", "rows", "data"})
 
 
-def send_chunk(channel: Channel, peer: str, tag: str, k: int, bounds: tuple[int, int],
+def send_chunk(channel: Messenger, peer: str, tag: str, k: int, bounds: tuple[int, int],
                data: Any) -> None:
     """Chunk ``k`` of the stream ``tag``: rows ``bounds`` = (start, stop) and their payload."""
     channel.send(peer, tag, {"chunk": int(k), "rows": [int(bounds[0]), int(bounds[1])],
                              "data": data})
 
 
-def send_end(channel: Channel, peer: str, tag: str, count: int) -> None:
+def send_end(channel: Messenger, peer: str, tag: str, count: int) -> None:
     """The end marker of the stream ``tag`` after ``count`` chunks."""
     channel.send(peer, tag, {"end": int(count)})
 
@@ -46,7 +46,7 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def recv_chunk(channel: Channel, peer: str, tag: str, k: int, bounds: tuple[int, int],
+def recv_chunk(channel: Messenger, peer: str, tag: str, k: int, bounds: tuple[int, int],
                count: int, what: str) -> Any:
     """The payload of chunk ``k`` (of ``count``, rows ``bounds``) of the stream ``tag``, after
     checking the message against this party's own schedule.
@@ -74,7 +74,7 @@ def recv_chunk(channel: Channel, peer: str, tag: str, k: int, bounds: tuple[int,
     return msg["data"]
 
 
-def recv_end(channel: Channel, peer: str, tag: str, count: int, what: str) -> None:
+def recv_end(channel: Messenger, peer: str, tag: str, count: int, what: str) -> None:
     """The end marker of the stream ``tag``, which must follow exactly ``count`` chunks.
 
     Raises:

@@ -138,6 +138,11 @@ class VerticalParams(AlgorithmParams):
     #: before sending it; both parties must run the same (compared at job start).  Honest shares
     #: on the shipped datasets stay below 5; None switches the check off
     residual_bound: Optional[float] = Field(64.0, gt=0.0)
+    #: overlap with the peer (:mod:`unifl.app.overlap`): each party encrypts its next chunk before
+    #: waiting for the peer's, sends in the background and computes the obfuscators of its next
+    #: encryptions while it waits.  Each party applies it to its own side (the parties need not
+    #: agree); the messages and the model are the same either way
+    overlap: bool = True
 
     @model_validator(mode="before")
     @classmethod

@@ -51,14 +51,23 @@ own gradient, and -- the guest choosing its residual share u, held to ``residual
 :class:`ShareBound` -- the host's test predictions for weights it steered.
 
 **With an arbiter** (FLASH A.2, FATE's coordinated LR/LinR): the arbiter generates the key pair A
-and sends the public key; host -> guest [[z_h]]_A; guest -> host [[d']]_A (re-randomised); both
-compute masked [[X^T d' + R]]_A and the arbiter decrypts them and returns the masked residues with
-their randomness, which each party checks as above; the arbiter decrypts a request only in the
-gradient shape both parties announced, each ciphertext once.
+and sends the public key; host -> guest [[z_h]]_A and guest -> host [[u]]_A, each a fresh
+encryption of the sender's own share, so neither waits for the other's chunk before encrypting
+(the message flow of FATE's coordinated LR; n encryptions per party and epoch, as a guest that
+re-randomised [[z_h]]_A + u for the host would need, but computed side by side); both form
+[[d']]_A = [[peer's share]] + own share and compute masked [[X^T d' + R]]_A, and the arbiter
+decrypts them and returns the masked residues with their randomness, which each party checks as
+above; the arbiter decrypts a request only in the gradient shape both parties announced, each
+ciphertext once.
 
 **Evaluation** (guest): the host sends z_h of the held-out rows in plaintext, in chunks, as in
 FATE's prediction (the guest then computes σ(z_g + z_h) for AUC, or z for R²); training rows are
 never revealed this way.
+
+**Overlap** (``params.overlap``, :mod:`unifl.app.overlap`): each party encrypts and sends its
+share of chunk k + 1 before it waits for the peer's chunk k, sends through a background thread,
+and computes the obfuscators of its next encryptions while it waits; the same messages, so the
+same model.
 
 Early stop: after each epoch the host sends ||Δw_h||² (its weight change over the epoch) and the
 guest stops when sqrt(||Δw_g||² + ||Δw_h||²) < tol, deterministic so the plaintext reference
@@ -79,7 +88,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -91,11 +100,12 @@ from .alignment import check_alignment as _check_alignment
 from .alignment import ids_digest as _ids_digest
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
                        vertical_min_rows)
-from .channel import Channel
+from .channel import Channel, Messenger
 from .chunks import recv_chunk, recv_end, send_chunk, send_end
 from .data import (TASKS, RowSource, load_party, sorted_ids, standardize, subsample_ids,
                    train_test_split)
 from .metrics import r2_score, roc_auc, sigmoid
+from .overlap import PeerLink
 from .params import VerticalParams, check_peer_scale, params_of
 from .timing import Advance, Timings, progress_bar
 
@@ -479,7 +489,7 @@ def _handshake(role: str, peer: str, channel: Channel, p: VerticalParams, job: d
     return _Session(n, dim, peer_dim, start, w, stopped, previous, min_rows)
 
 
-def _end_epoch_checkpoint(role: str, peer: str, channel: Channel, ck: Path | None, s: _Session,
+def _end_epoch_checkpoint(role: str, peer: str, channel: Messenger, ck: Path | None, s: _Session,
                           w: np.ndarray, epoch: int, seed: int, stopped: bool) -> None:
     """Both parties checkpoint the same epoch before the next starts: the guest saves and says so,
     the host saves and acknowledges, and only then does either go on.  Each file keeps the state
@@ -514,7 +524,7 @@ def _accumulate(t: Timings, acc: EncryptedArray | None, Xc: np.ndarray, enc_d: E
             return part if acc is None else acc + part
 
 
-def _gradient_round(channel: Channel, t: Timings, tag: str, acc: EncryptedArray,
+def _gradient_round(channel: Messenger, t: Timings, tag: str, acc: EncryptedArray,
                     sk_own: paillier.PrivateKey | None,
                     sent: SentCiphertexts | None, peer_shape: tuple[int, ...], *, own: str,
                     peer: str, arbiter: bool) -> np.ndarray:
@@ -590,6 +600,10 @@ class _Progress:
         self.done = 0
         self.last = time.monotonic()
 
+    def stepper(self, epoch: int, batch: int, batches: int) -> Callable[[int, int], None]:
+        """``step`` for the chunks of one batch: called with (chunk, chunks)."""
+        return lambda chunk, chunks: self.step(epoch, batch, batches, chunk, chunks)
+
     def step(self, epoch: int, batch: int, batches: int, chunk: int, chunks: int) -> None:
         self.advance(1)
         self.done += 1
@@ -611,6 +625,107 @@ def _total_chunks(n: int, p: VerticalParams, s: _Session) -> int:
     return per_epoch * max(0, p.epochs - s.start)
 
 
+@dataclass
+class _Streams:
+    """This party's side of a batch's two chunk streams: its own share of d' out, the peer's in.
+
+    Two-party: the guest sends [[u]] under its own key G, the host [[z_h]] under H, each the owner
+    of the key it encrypts under (so through the CRT).  With an arbiter both send under the
+    arbiter's key A.  Either way [[d']] = [[peer's share]] + own share, under the peer's key
+    (two-party) or A.
+    """
+
+    peer: str
+    own_tag: str                               # "u" (guest) | "zh" (host)
+    peer_tag: str
+    peer_what: str                             # the peer's share, as errors name it
+    enc_key: paillier.PublicKey                # this party's share is encrypted under it
+    owner: paillier.PrivateKey | None          # its private key when this party owns it (CRT)
+    peer_key: paillier.PublicKey               # the peer's share arrives under it
+    sent: SentCiphertexts | None               # two-party: every ciphertext this party sent
+    #: this party's share of rows (X_c, y_c) under weights w: the guest's u, the host's z_h
+    share_of: Callable[[np.ndarray, np.ndarray | None, np.ndarray], np.ndarray]
+    #: this party's encryptions still to come in the job (what the waits refill the pool for)
+    left: int = 0
+
+
+def _guest_share(task: str) -> Callable[[np.ndarray, np.ndarray | None, np.ndarray], np.ndarray]:
+    """u = z_g − 2·y± (LR) or z_g − y (LinR) of the guest's rows."""
+    def share(Xc: np.ndarray, yc: np.ndarray | None, w: np.ndarray) -> np.ndarray:
+        assert yc is not None                   # the guest's labels (checked at job start)
+        zg = row_dot(Xc, w)
+        return zg - 2.0 * (2.0 * yc - 1.0) if task == "lr" else zg - yc
+    return share
+
+
+def _host_share(Xc: np.ndarray, yc: np.ndarray | None, w: np.ndarray) -> np.ndarray:
+    """z_h of the host's rows."""
+    return row_dot(Xc, w)
+
+
+def _stream_batch(link: PeerLink, t: Timings, st: _Streams, src: RowSource,
+                  b: np.ndarray | range, w: np.ndarray, p: VerticalParams, be: Backend | None,
+                  share: ShareBound, tag: str, on_chunk: Callable[[int, int], None]
+                  ) -> EncryptedArray:
+    """Steps 1-3 of one batch, chunk by chunk: this party's share of each chunk out (encrypted),
+    the peer's in, [[d'_c]] = [[peer's share]] + own share, and acc = Σ_c X_cᵀ·[[d'_c]].
+
+    With overlap on, chunk k + 1 is encrypted and handed to the sender before the peer's chunk k
+    is awaited (and the wait refills the obfuscator pool); with it off, each chunk is encrypted,
+    sent and answered in turn.  The peer receives the same values in the same order either way,
+    and the accumulated gradient is the same exact integer."""
+    bounds = chunk_bounds(len(b), p.chunk_rows)
+    ready: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def produce(k: int) -> None:
+        lo, hi = bounds[k]
+        Xc, yc = src.train(take_rows(b, lo, hi))
+        own = st.share_of(Xc, yc, w)
+        share.add(Xc, own)
+        with t.subtask("VFL: encrypt forward", "O1 enc"):
+            with t.crypto():
+                enc = EncryptedArray.encrypt(st.enc_key, own, scale_bits=p.scale_bits, backend=be,
+                                             private_key=st.owner)
+        if st.sent is not None:
+            st.sent.add(enc)
+        st.left = max(0, st.left - (hi - lo))
+        link.expect(st.left)
+        send_chunk(link, st.peer, f"{tag}/{st.own_tag}", k, (lo, hi), enc)
+        ready[k] = (Xc, own)
+
+    acc: EncryptedArray | None = None
+    for k, (lo, hi) in enumerate(bounds):
+        if k not in ready:
+            produce(k)
+        if link.overlap and k + 1 < len(bounds):
+            produce(k + 1)
+        Xc, own = ready.pop(k)
+        enc_peer = _expect(recv_chunk(link, st.peer, f"{tag}/{st.peer_tag}", k, (lo, hi),
+                                      len(bounds), st.peer_what),
+                           st.peer_key, (hi - lo,), st.peer_what, p.scale_bits)
+        with t.subtask("VFL: encrypted residual", "O3 add"):
+            with t.crypto():
+                enc_d = enc_peer + own
+        acc = _accumulate(t, acc, Xc, enc_d)
+        on_chunk(k, len(bounds))
+    send_end(link, st.peer, f"{tag}/{st.own_tag}", len(bounds))
+    recv_end(link, st.peer, f"{tag}/{st.peer_tag}", len(bounds), st.peer_what)
+    assert acc is not None                      # every batch has rows
+    return acc
+
+
+def _open_link(channel: Channel, p: VerticalParams, st: _Streams, be: Backend | None
+               ) -> PeerLink:
+    """The party's link for training: overlap as the job says; its waits refill the pool of the
+    key it encrypts its shares under (the key owner's pool fills through the CRT)."""
+    link = PeerLink(channel, p.overlap)
+    if p.overlap:
+        link.refill(st.owner.obfuscators(be) if st.owner is not None
+                    else st.enc_key.obfuscators(be))
+        link.expect(st.left)
+    return link
+
+
 def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                  channel: Channel, be: Backend | None, t: Timings, progress: bool,
                  arbiter: bool) -> dict:
@@ -621,12 +736,11 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
     ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "guest")
     s = _handshake("guest", "host", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
-    sent = None if arbiter else SentCiphertexts()
+    left = n * max(0, p.epochs - s.start)
     if arbiter:
         pk_a = _expect_key(channel.recv("arbiter", "vfl/pk"), job, "the arbiter")
-        pk_own = sk_own = None
-        pk_h = pk_a
-        _maybe_fixed_base(p, pk_a, be, t)           # the guest re-randomises N values under A
+        _maybe_fixed_base(p, pk_a, be, t)           # the guest encrypts N values under A
+        st = _Streams("host", "u", "zh", "z_h", pk_a, None, pk_a, None, _guest_share(task), left)
     else:
         with t.subtask("VFL: Paillier key generation", "keygen"):
             with t.crypto():
@@ -634,78 +748,57 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
         pk_h = _expect_key(channel.recv("host", "vfl/pk"), job, "the host")
+        st = _Streams("host", "u", "zh", "z_h", pk_own, sk_own, pk_h, SentCiphertexts(),
+                      _guest_share(task), left)
+    link = _open_link(channel, p, st, be)
     epoch = s.start
-    with progress_bar(_total_chunks(n, p, s), f"guest {job['algorithm']}", progress) as advance:
-        prog = _Progress(advance, "guest", _total_chunks(n, p, s))
-        for epoch in range(s.start, p.epochs):
-            if stopped:
-                break
-            w0 = w.copy()
-            plan = batch_rows(n, p.batch_size, seed, epoch, s.min_rows)
-            if arbiter:
-                channel.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": len(plan),
-                                                     "stop": False})
-            for bi, b in enumerate(plan):
-                tag = f"vfl/e{epoch}/b{bi}"
-                bounds = chunk_bounds(len(b), p.chunk_rows)
-                acc: EncryptedArray | None = None
-                share = ShareBound(s.dim, p.residual_bound, "guest", "host")
-                for k, (lo, hi) in enumerate(bounds):
-                    Xc, yc = src.train(take_rows(b, lo, hi))
-                    assert yc is not None                   # checked above: the guest's labels
-                    zg = row_dot(Xc, w)
-                    u = zg - 2.0 * (2.0 * yc - 1.0) if task == "lr" else zg - yc
-                    share.add(Xc, u)
-                    if not arbiter:
-                        assert pk_own is not None and sent is not None   # own key pair
-                        with t.subtask("VFL: encrypt forward", "O1 enc"):
-                            with t.crypto():
-                                enc_u = EncryptedArray.encrypt(pk_own, u, scale_bits=p.scale_bits,
-                                                               backend=be, private_key=sk_own)
-                        sent.add(enc_u)
-                        send_chunk(channel, "host", f"{tag}/u", k, (lo, hi), enc_u)
-                    enc_zh = _expect(recv_chunk(channel, "host", f"{tag}/zh", k, (lo, hi),
-                                                len(bounds), "z_h"),
-                                     pk_h, (hi - lo,), "z_h", p.scale_bits)
-                    with t.subtask("VFL: encrypted residual", "O3 add"):
-                        with t.crypto():
-                            enc_d = enc_zh + u
-                            if arbiter:
-                                enc_d_out = enc_d.obfuscate()
-                    if arbiter:
-                        send_chunk(channel, "host", f"{tag}/d", k, (lo, hi), enc_d_out)
-                    acc = _accumulate(t, acc, Xc, enc_d)
-                    prog.step(epoch, bi, len(plan), k, len(bounds))
-                if not arbiter:
-                    send_end(channel, "host", f"{tag}/u", len(bounds))
-                recv_end(channel, "host", f"{tag}/zh", len(bounds), "z_h")
+    try:
+        total = _total_chunks(n, p, s)
+        with progress_bar(total, f"guest {job['algorithm']}", progress) as advance:
+            prog = _Progress(advance, "guest", total)
+            for epoch in range(s.start, p.epochs):
+                if stopped:
+                    break
+                w0 = w.copy()
+                plan = batch_rows(n, p.batch_size, seed, epoch, s.min_rows)
                 if arbiter:
-                    send_end(channel, "host", f"{tag}/d", len(bounds))
-                assert acc is not None                      # every batch has rows
-                g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
-                                    own="g", peer="host", arbiter=arbiter)
-                share.check(g)
-                with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = g * factor / len(b) + p.l2 * src.l2_mask * w
-                    w = w - p.learning_rate * grad
-            dh2 = float(channel.recv("host", f"vfl/e{epoch}/dw2"))
-            change = math.sqrt(float(((w - w0) ** 2).sum()) + dh2)
-            stopped = p.tol is not None and change < p.tol
-            channel.send("host", f"vfl/e{epoch}/stop", stopped)
-            _end_epoch_checkpoint("guest", "host", channel, ck, s, w, epoch, seed, stopped)
-            epoch += 1
-    if arbiter:
-        channel.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": 0, "stop": True})
-    with t.subtask("VFL: evaluate (guest)", "plaintext"):
-        z, y_test = _guest_scores(channel, src, w, p.chunk_rows)
-        metrics = ({"auc": roc_auc(y_test, sigmoid(z))} if task == "lr"
-                   else {"r2": r2_score(y_test, z)})
+                    link.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": len(plan),
+                                                      "stop": False})
+                for bi, b in enumerate(plan):
+                    tag = f"vfl/e{epoch}/b{bi}"
+                    share = ShareBound(s.dim, p.residual_bound, "guest", "host")
+                    acc = _stream_batch(link, t, st, src, b, w, p, be, share, tag,
+                                        prog.stepper(epoch, bi, len(plan)))
+                    g = _gradient_round(link, t, tag, acc, st.owner, st.sent, (s.peer_dim,),
+                                        own="g", peer="host", arbiter=arbiter)
+                    share.check(g)
+                    with t.subtask("VFL: unmask & update", "plaintext"):
+                        grad = g * factor / len(b) + p.l2 * src.l2_mask * w
+                        w = w - p.learning_rate * grad
+                dh2 = float(link.recv("host", f"vfl/e{epoch}/dw2"))
+                change = math.sqrt(float(((w - w0) ** 2).sum()) + dh2)
+                stopped = p.tol is not None and change < p.tol
+                link.send("host", f"vfl/e{epoch}/stop", stopped)
+                _end_epoch_checkpoint("guest", "host", link, ck, s, w, epoch, seed, stopped)
+                epoch += 1
+        link.expect(0)                              # nothing left to encrypt: no more refills
+        if arbiter:
+            link.send("arbiter", "vfl/plan", {"epoch": epoch, "batches": 0, "stop": True})
+        with t.subtask("VFL: evaluate (guest)", "plaintext"):
+            z, y_test = _guest_scores(link, src, w, p.chunk_rows)
+            metrics = ({"auc": roc_auc(y_test, sigmoid(z))} if task == "lr"
+                       else {"r2": r2_score(y_test, z)})
+    except BaseException:
+        link.close(flush=False)
+        raise
+    link.close()
     metrics.update({"epochs": int(epoch), "stopped_early": bool(stopped), "train_rows": int(n),
                     "test_rows": int(src.n_test)})
-    return {"metrics": metrics, "model": {"weights": w.tolist(), "features": src.feature_names}}
+    return {"metrics": metrics, "model": {"weights": w.tolist(), "features": src.feature_names},
+            "overlap": link.stats()}
 
 
-def _guest_scores(channel: Channel, src: RowSource, w: np.ndarray, chunk_rows: int
+def _guest_scores(channel: Messenger, src: RowSource, w: np.ndarray, chunk_rows: int
                   ) -> tuple[np.ndarray, np.ndarray]:
     """z = X_g·w_g + z_h of every held-out row, and the labels, with the host's z_h streamed in
     chunks (plain float64 arrays of exactly the chunk's rows, all finite).  The scores and labels
@@ -738,77 +831,60 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
     ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "host")
     s = _handshake("host", "guest", channel, p, job, src, arbiter)
     n, w, stopped = s.n, s.w, s.stopped
-    sent = None if arbiter else SentCiphertexts()
+    left = n * max(0, p.epochs - s.start)
     if arbiter:
-        pk_own = _expect_key(channel.recv("arbiter", "vfl/pk"), job, "the arbiter")
-        sk_own = pk_g = None
+        pk_a = _expect_key(channel.recv("arbiter", "vfl/pk"), job, "the arbiter")
+        _maybe_fixed_base(p, pk_a, be, t)
+        st = _Streams("guest", "zh", "u", "u", pk_a, None, pk_a, None, _host_share, left)
     else:
         with t.subtask("VFL: Paillier key generation", "keygen"):
             with t.crypto():
                 pk_own, sk_own = paillier.keygen(job["key_bits"])
+        _maybe_fixed_base(p, pk_own, be, t)
         channel.send("guest", "vfl/pk", pk_own)
         pk_g = _expect_key(channel.recv("guest", "vfl/pk"), job, "the guest")
-    _maybe_fixed_base(p, pk_own, be, t)
-    with progress_bar(_total_chunks(n, p, s), f"host {job['algorithm']}", progress) as advance:
-        prog = _Progress(advance, "host", _total_chunks(n, p, s))
-        for epoch in range(s.start, p.epochs):
-            if stopped:
-                break
-            w0 = w.copy()
-            plan = batch_rows(n, p.batch_size, seed, epoch, s.min_rows)
-            for bi, b in enumerate(plan):
-                tag = f"vfl/e{epoch}/b{bi}"
-                bounds = chunk_bounds(len(b), p.chunk_rows)
-                acc: EncryptedArray | None = None
-                share = ShareBound(s.dim, p.residual_bound, "host", "guest")
-                for k, (lo, hi) in enumerate(bounds):
-                    Xc, _ = src.train(take_rows(b, lo, hi))
-                    zh = row_dot(Xc, w)
-                    share.add(Xc, zh)
-                    with t.subtask("VFL: encrypt forward", "O1 enc"):
-                        with t.crypto():
-                            enc_zh = EncryptedArray.encrypt(pk_own, zh, scale_bits=p.scale_bits,
-                                                            backend=be, private_key=sk_own)
-                    if sent is not None:
-                        sent.add(enc_zh)
-                    send_chunk(channel, "guest", f"{tag}/zh", k, (lo, hi), enc_zh)
-                    if arbiter:
-                        enc_d = _expect(recv_chunk(channel, "guest", f"{tag}/d", k, (lo, hi),
-                                                   len(bounds), "residual"),
-                                        pk_own, (hi - lo,), "residual", p.scale_bits)
-                    else:
-                        assert pk_g is not None          # two-party: the guest's key was received
-                        enc_u = _expect(recv_chunk(channel, "guest", f"{tag}/u", k, (lo, hi),
-                                                   len(bounds), "u"),
-                                        pk_g, (hi - lo,), "u", p.scale_bits)
-                        with t.subtask("VFL: encrypted residual", "O3 add"):
-                            with t.crypto():
-                                enc_d = enc_u + zh
-                    acc = _accumulate(t, acc, Xc, enc_d)
-                    prog.step(epoch, bi, len(plan), k, len(bounds))
-                send_end(channel, "guest", f"{tag}/zh", len(bounds))
-                recv_end(channel, "guest", f"{tag}/d" if arbiter else f"{tag}/u", len(bounds),
-                         "residual" if arbiter else "u")
-                assert acc is not None                      # every batch has rows
-                g = _gradient_round(channel, t, tag, acc, sk_own, sent, (s.peer_dim,),
-                                    own="h", peer="guest", arbiter=arbiter)
-                share.check(g)
-                with t.subtask("VFL: unmask & update", "plaintext"):
-                    grad = g * factor / len(b) + p.l2 * w
-                    w = w - p.learning_rate * grad
-            channel.send("guest", f"vfl/e{epoch}/dw2", float(((w - w0) ** 2).sum()))
-            stopped = channel.recv("guest", f"vfl/e{epoch}/stop")
-            if not isinstance(stopped, bool):
-                raise ProtocolViolation(f"host: stop decision must be a bool, got "
-                                        f"{type(stopped).__name__}")
-            _end_epoch_checkpoint("host", "guest", channel, ck, s, w, epoch, seed, stopped)
-    bounds = chunk_bounds(src.n_test, p.chunk_rows)
-    for k, (lo, hi) in enumerate(bounds):
-        send_chunk(channel, "guest", "vfl/zh_test", k, (lo, hi),
-                   row_dot(src.test(np.arange(lo, hi))[0], w))
-    send_end(channel, "guest", "vfl/zh_test", len(bounds))
-    return {"metrics": {"train_rows": int(n)}, "model": {"weights": w.tolist(),
-                                                         "features": src.feature_names}}
+        st = _Streams("guest", "zh", "u", "u", pk_own, sk_own, pk_g, SentCiphertexts(),
+                      _host_share, left)
+    link = _open_link(channel, p, st, be)
+    try:
+        total = _total_chunks(n, p, s)
+        with progress_bar(total, f"host {job['algorithm']}", progress) as advance:
+            prog = _Progress(advance, "host", total)
+            for epoch in range(s.start, p.epochs):
+                if stopped:
+                    break
+                w0 = w.copy()
+                plan = batch_rows(n, p.batch_size, seed, epoch, s.min_rows)
+                for bi, b in enumerate(plan):
+                    tag = f"vfl/e{epoch}/b{bi}"
+                    share = ShareBound(s.dim, p.residual_bound, "host", "guest")
+                    acc = _stream_batch(link, t, st, src, b, w, p, be, share, tag,
+                                        prog.stepper(epoch, bi, len(plan)))
+                    g = _gradient_round(link, t, tag, acc, st.owner, st.sent, (s.peer_dim,),
+                                        own="h", peer="guest", arbiter=arbiter)
+                    share.check(g)
+                    with t.subtask("VFL: unmask & update", "plaintext"):
+                        grad = g * factor / len(b) + p.l2 * w
+                        w = w - p.learning_rate * grad
+                link.send("guest", f"vfl/e{epoch}/dw2", float(((w - w0) ** 2).sum()))
+                stopped = link.recv("guest", f"vfl/e{epoch}/stop")
+                if not isinstance(stopped, bool):
+                    raise ProtocolViolation(f"host: stop decision must be a bool, got "
+                                            f"{type(stopped).__name__}")
+                _end_epoch_checkpoint("host", "guest", link, ck, s, w, epoch, seed, stopped)
+        link.expect(0)                              # nothing left to encrypt: no more refills
+        bounds = chunk_bounds(src.n_test, p.chunk_rows)
+        for k, (lo, hi) in enumerate(bounds):
+            send_chunk(link, "guest", "vfl/zh_test", k, (lo, hi),
+                       row_dot(src.test(np.arange(lo, hi))[0], w))
+        send_end(link, "guest", "vfl/zh_test", len(bounds))
+    except BaseException:
+        link.close(flush=False)
+        raise
+    link.close()
+    return {"metrics": {"train_rows": int(n)},
+            "model": {"weights": w.tolist(), "features": src.feature_names},
+            "overlap": link.stats()}
 
 
 def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
@@ -914,6 +990,8 @@ def _run(role: str, job: dict[str, Any], channel: Channel, backend: Backend | No
     out = train(role, job, channel, backend, task, ids, data_dir, progress, timings)
     result.update({"role": role, "metrics": out["metrics"], "model": out["model"],
                    "timings": timings.rows()})
+    if "overlap" in out:
+        result["overlap"] = out["overlap"]
     return result
 
 
