@@ -170,8 +170,14 @@ class RaySection(_Section):
     (:data:`unifl.core.contract.SECRET_OPS`: key-owner encryption, decryption, secret-exponent
     ModExps) -- ``local`` (the default) keeps p and q in this process, on the party's own
     ``backend``/``fallback`` chain; ``workers`` ships them to the actors too, which is only as safe
-    as the cluster's nodes and links (docs/scale.md: Ray's TLS)."""
+    as the cluster's nodes and links: off the loopback (``address`` a non-loopback ``HOST:PORT``
+    or ``auto``) it needs ``tls`` -- Ray's own TLS, which every node of the cluster must run
+    with (docs/scale.md §4) -- or, knowingly, ``insecure: true``, which warns at every start."""
     address: Optional[str] = None
+    #: Ray's TLS for this party's process (RAY_USE_TLS and its files; every node runs the same)
+    tls: Optional[TlsSection] = None
+    #: allow ``private_key_ops: workers`` off the loopback without ``tls`` (warns at every start)
+    insecure: bool = False
     workers: int = Field(2, ge=1, le=4096)
     backend: Optional[str] = None           # what each worker runs; null: the party's backend
     fallback: Optional[list[str]] = None    # each worker's chain after it; null: the party's
@@ -212,6 +218,29 @@ class RaySection(_Section):
         for name in v or []:
             _check_backend(name, allow_auto=False)
         return v
+
+    @model_validator(mode="after")
+    def _private_key_off_the_loopback(self) -> "RaySection":
+        if self.private_key_ops != "workers" or self.tls is not None or self.insecure:
+            return self
+        if self.address is None or (self.address != "auto" and is_loopback_address(self.address)):
+            return self            # a local instance (kept on the loopback; checked at start)
+        raise ValueError(
+            f"private_key_ops: workers ships the private key (p and q) to the Ray workers, and "
+            f"ray.address {self.address!r} is off the loopback (or, auto, any node) with no TLS: "
+            "the key would cross the cluster's network in clear. Configure ray.tls {cert, key, "
+            "ca} (Ray's TLS, on every node of the cluster), keep private_key_ops: local, or, "
+            "knowingly, set ray.insecure: true")
+
+    def insecure_warning(self) -> str | None:
+        """What every start must say when the private key goes to the workers without TLS by
+        ``insecure: true``."""
+        if self.private_key_ops != "workers" or self.tls is not None or not self.insecure:
+            return None
+        return ("WARNING: ray.insecure is true, ray.private_key_ops is workers and ray.tls is "
+                f"not set: the private key (p and q) travels to the Ray workers at "
+                f"{self.address or 'a local instance'} UNENCRYPTED; anyone on the cluster's "
+                "network can read it. Configure ray.tls for real data.")
 
     @field_validator("local_ops")
     @classmethod
