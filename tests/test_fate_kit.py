@@ -550,3 +550,26 @@ def test_a_private_key_never_leaves_through_the_federation(keys):
             fate_push(value)
     for honest in (pk, coder, enc(keys[0], X), {"n": pk.n, "x": X}):
         assert len(fate_push(honest).pushed) == 1
+
+
+def test_documented_limit_a_table_travels_by_reference_unscanned(keys):
+    """The documented limit, exactly: a FATE table (KVTable: DataFrames) is pushed by reference
+    and serialized by FATE's computing engine, so what is inside it is not scanned -- the
+    pickled message itself carries no secret (it passes), and the table reaches the federation's
+    push_table as it is.  Nothing else gets past: the same key beside the table is refused."""
+    from fate.arch.computing.api import KVTable
+    from unifl.core.errors import PrivateKeyExposure
+    sk = keys[0][0]
+
+    class Table(KVTable):
+        def __init__(self, rows):
+            super().__init__(0, 0, 0, 1)
+            self.rows = rows
+
+    table = Table([("k", sk)])
+    fed = fate_push({"gh": table})
+    assert fed.pushed[0] is table and fed.pushed[0].rows[0][1] is sk   # the limit
+    assert not any(isinstance(v, bytes) and sk.key.p.to_bytes(64, "little") in v
+                   for v in fed.pushed)
+    with pytest.raises(PrivateKeyExposure):
+        fate_push({"gh": Table([]), "sk": sk})

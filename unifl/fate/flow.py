@@ -468,6 +468,11 @@ class FlowServer:
             except ProcessLookupError:
                 pass
         self.pid_file.unlink(missing_ok=True)
+        deadline = time.monotonic() + timeout       # SIGKILL is asynchronous: wait for the exits
+        while time.monotonic() < deadline and (
+                processes_carrying(token)
+                or any(_port_in_use(self.host, port) for port in (self.http_port, self.grpc_port))):
+            time.sleep(0.2)
         for port in (self.http_port, self.grpc_port):
             if _port_in_use(self.host, port):
                 raise FateFlowError(f"FATE-Flow stopped but {self.host}:{port} is still bound")
