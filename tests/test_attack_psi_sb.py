@@ -323,7 +323,10 @@ class HostileGuest:
                                      backend=BE)
         tag = f"sbt/t{tree}/d{depth}/gh"
         self.g.send("host", tag, {"chunk": 0, "rows": [0, m], "data": enc})
-        self.g.send("host", tag, {"end": 1})
+        try:
+            self.g.send("host", tag, {"end": 1})
+        except TransportError:   # the host refused the chunk and stopped: the test reads why
+            pass
 
     def level(self, depth, nodes, want, active=None, tree=0):
         nodes = np.asarray(nodes, np.int32)

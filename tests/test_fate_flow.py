@@ -143,5 +143,6 @@ def test_unavailable_backend_on_a_worker_fails_the_job_with_its_reason(server, b
                      psi=False, timeout=600)
     err = info.value
     assert err.job_id and err.task_errors, str(err)
-    assert any(f"backend '{name}' is unavailable" in e and e.startswith("lr_unifl ")
-               for e in err.task_errors), str(err)
+    # the worker's config ({backend: name, fallback: []}) through the scheduler, with the reason
+    assert any(f"no backend of the chain ['{name}'] could start ({name}:" in e
+               and e.startswith("lr_unifl ") for e in err.task_errors), str(err)

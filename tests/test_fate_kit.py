@@ -419,3 +419,172 @@ def test_pack_squeeze_ciphertexts_are_the_group_products(keys, backend):
             acc = acc * pow(c, 1 << (shift * (len(grp) - 1 - i)), n2) % n2
         want.append(acc)
     assert len(got) == 3 and got == want
+
+
+# ----------------------------------------------------------------------- FATE kit: every field
+class Forged:
+    """A pickle a hostile party builds by hand: ``fn(*args)`` on unpickling (REDUCE)."""
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+def newobj_build(cls, state) -> bytes:
+    """The opcodes of a pickle that makes ``cls`` without calling its constructor and sets
+    ``state`` straight into it: GLOBAL, EMPTY_TUPLE, NEWOBJ, <state>, BUILD."""
+    return (b"\x80\x02c" + f"{cls.__module__}\n{cls.__name__}\n".encode() + b")\x81"
+            + pickle.dumps(state, protocol=2)[2:-1] + b"b.")
+
+
+def fate_unpickle(data: bytes):
+    """What a FATE party runs on a federation message: FATE's own restricted unpickler."""
+    import io
+    from fate.arch.federation.api._serdes import TableRemotePersistentUnpickler
+    return TableRemotePersistentUnpickler(None, None, "x", "t", None, io.BytesIO(data)).load()
+
+
+def _wire(n_limbs=32, rows=2):
+    return bytes(8 * n_limbs * rows)
+
+
+HOSTILE = {
+    # scales: any container, any bound
+    "FV scales as a list, -2^24": (kit.FV, ((1,), [-(1 << 24)], None)),
+    "FV scales as a tuple, 2^40": (kit.FV, ((1,), (1 << 40,), None)),
+    "FV scales as a list, 2^20": (kit.FV, ((1,), [1 << 20], None)),
+    "FV scales as floats": (kit.FV, ((1,), [1.5], None)),
+    "FV scales as a string": (kit.FV, ((1,), "7", None)),
+    "EV scales as a list, 2^40": (kit.EV, (_wire(rows=1), [1 << 40], None, 32)),
+    "EV scales as a tuple, -2^24": (kit.EV, (_wire(rows=1), (-(1 << 24),), None, 32)),
+    "EV trivial zeros, 2^20": (kit.EV, (None, [1 << 20], 1, None)),
+    # values, moduli, sizes, limb widths
+    "FV value of 2^20 bits": (kit.FV, ((1 << (1 << 20),), [0], None)),
+    "FV value as a string": (kit.FV, (("123",), [0], None)),
+    "FV residue above its modulus": (kit.FV, ((99,), [0], 97)),
+    "FV even modulus": (kit.FV, ((1,), [0], 96)),
+    "FV modulus of 2^20 bits": (kit.FV, ((1,), [0], (1 << (1 << 20)) + 1)),
+    "EV limb width 2^40": (kit.EV, (b"", [], None, 1 << 40)),
+    "EV size as a string": (kit.EV, (None, [0], "1", None)),
+    "EV size 2^40 without scales": (kit.EV, (None, b"", 1 << 40, None)),
+    "PK modulus as a string": (kit.PK, ("12345",)),
+    # no __init__ at all: the state set straight into the slots / __dict__
+    "FV built without __init__": (kit.FV, (), (None, {"values": [1], "exps": [-(1 << 24)],
+                                                     "modulus": None})),
+    "EV built without __init__": (kit.EV, (), (None, {"_batch": None, "_wire": None,
+                                                     "exps": [1 << 40], "_size": 1})),
+    "PK built without __init__": (kit.PK, (), {"n": 15, "key": None, "ctx": None, "_owner": None}),
+}
+
+
+REBUILD = {"FV": "_rebuild_fv", "EV": "_rebuild_ev", "PK": "_rebuild_pk"}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_every_received_kit_field_is_bounded_whatever_its_container(case):
+    """A peer's pickle of a kit object, through FATE's own federation unpickler: scales outside
+    [0, 2^15] (a shift of 2^40 bits would allocate 128 GiB), values, moduli, sizes and limb widths
+    beyond the 8192-bit key limit, and types other than ints are refused when unpickled
+    (SerializationError).  The allow-list names the kit's checking rebuild functions, not its
+    classes, so an object built without its constructor (NEWOBJ + BUILD) is refused by FATE's
+    allow-list; with an unrestricted unpickler (FATE's ``restricted_type: unrestricted``) the
+    classes refuse state set into them."""
+    from unifl.core.errors import SerializationError
+    cls, *rest = HOSTILE[case]
+    if rest[1:]:                                   # no constructor at all
+        wire = newobj_build(cls, rest[1])
+        with pytest.raises(ValueError, match="Deserialization is restricted"):
+            fate_unpickle(wire)
+        with pytest.raises(SerializationError, match="constructor only"):
+            pickle.loads(wire)
+        return
+    with pytest.raises(ValueError, match="Deserialization is restricted"):
+        fate_unpickle(pickle.dumps(Forged(cls, *rest), protocol=4))   # the class itself
+    wire = pickle.dumps(Forged(getattr(kit, REBUILD[cls.__name__]), *rest), protocol=4)
+    with pytest.raises(SerializationError):
+        fate_unpickle(wire)
+
+
+def test_honest_kit_objects_still_travel_through_fates_unpickler(keys):
+    sk, pk, coder = keys[0]
+    ev = enc(keys[0], X)
+    for obj in (pk, coder, kit.evaluator, ev, kit.evaluator.zeros(3), coder.encode_tensor(X),
+                sk.decrypt_to_encoded(ev)):
+        back = fate_unpickle(pickle.dumps(obj))
+        assert type(back) is type(obj)
+    np.testing.assert_allclose(dec(keys[0], fate_unpickle(pickle.dumps(ev))).numpy(), X.numpy(),
+                               atol=1e-12)
+
+
+# ----------------------------------------------------------------------- FATE: no private key
+class RecordingFederation:
+    """Where FATE's federation pickler pushes a message: what would leave for the peer."""
+
+    def __init__(self):
+        self.pushed = []
+
+    def push_bytes(self, v, name, tag, parties):
+        self.pushed.append(v)
+
+    def push_table(self, table, name, tag, parties):  # pragma: no cover - no tables here
+        self.pushed.append(table)
+
+
+def fate_push(value) -> RecordingFederation:
+    """FATE's own federation send path (``ctx.guest.put`` ends here) up to the wire."""
+    from fate.arch.federation.api._serdes import TableRemotePersistentPickler
+    fed = RecordingFederation()
+    TableRemotePersistentPickler.push(value, fed, None, "x", "t", [("guest", "9999")],
+                                      max_message_size=1 << 30, num_partitions_of_slice_table=1)
+    return fed
+
+
+def test_a_pickled_private_key_is_refused_on_receipt(keys):
+    """A peer that sends an SK (p, q): FATE's unpickler refuses it (SK is not allow-listed)."""
+    sk = keys[0][0]
+    with pytest.raises(ValueError, match="Deserialization is restricted.*SK"):
+        fate_unpickle(pickle.dumps(sk))
+    assert "SK" not in register.ALLOWED["unifl.fate.kit"]
+
+
+def test_a_private_key_never_leaves_through_the_federation(keys):
+    """FATE's federation pickler, as ``ctx.hosts.put(...)`` uses it, refuses a private key object
+    and a message carrying its primes (an int, hex text, bytes, a tensor of its bytes, inside a
+    container), before anything is pushed; public objects still go."""
+    from unifl.core.errors import PrivateKeyExposure
+    sk, pk, coder = keys[0]
+    p = sk.key.p
+    leaks = {"SK": sk, "the UniFL key inside SK": sk.key, "SK in a dict": {"cipher": [sk]},
+             "p as an int": (p,), "q in a list": [sk.key.q], "p as hex": {"v": format(p, "x")},
+             "p as bytes": p.to_bytes(64, "big"),
+             "p as a uint8 tensor": torch.tensor(list(p.to_bytes(64, "little")), dtype=torch.uint8)}
+    for what, value in leaks.items():
+        with pytest.raises(PrivateKeyExposure):
+            fate_push(value)
+    for honest in (pk, coder, enc(keys[0], X), {"n": pk.n, "x": X}):
+        assert len(fate_push(honest).pushed) == 1
+
+
+def test_documented_limit_a_table_travels_by_reference_unscanned(keys):
+    """The documented limit, exactly: a FATE table (KVTable: DataFrames) is pushed by reference
+    and serialized by FATE's computing engine, so what is inside it is not scanned -- the
+    pickled message itself carries no secret (it passes), and the table reaches the federation's
+    push_table as it is.  Nothing else gets past: the same key beside the table is refused."""
+    from fate.arch.computing.api import KVTable
+    from unifl.core.errors import PrivateKeyExposure
+    sk = keys[0][0]
+
+    class Table(KVTable):
+        def __init__(self, rows):
+            super().__init__(0, 0, 0, 1)
+            self.rows = rows
+
+    table = Table([("k", sk)])
+    fed = fate_push({"gh": table})
+    assert fed.pushed[0] is table and fed.pushed[0].rows[0][1] is sk   # the limit
+    assert not any(isinstance(v, bytes) and sk.key.p.to_bytes(64, "little") in v
+                   for v in fed.pushed)
+    with pytest.raises(PrivateKeyExposure):
+        fate_push({"gh": Table([]), "sk": sk})

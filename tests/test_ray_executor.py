@@ -357,6 +357,33 @@ def test_ray_options_are_checked_by_the_schema():
                                     "ray": {"local_ops": ["montmul"]}})
 
 
+def test_the_private_key_to_workers_without_tls_warns_at_every_start(cluster, caplog):
+    """ray.insecure: true is the one way to send p and q to workers without Ray's TLS, and
+    every start of the backend says so."""
+    for _ in range(2):
+        caplog.clear()
+        be = backend_from_config(ray_config(cluster, private_key_ops="workers", insecure=True))
+        be.close()
+        assert any("p and q" in r.getMessage() and "UNENCRYPTED" in r.getMessage()
+                   for r in caplog.records)
+
+
+def test_a_local_instance_that_listens_on_the_network_gets_no_private_key(monkeypatch):
+    """address null is loopback-only -- unless Ray was imported before with another setting, or
+    the embedding program joined a cluster: then the GCS address decides, before any worker."""
+    from unifl.scheduler.ray import cluster as ray_cluster
+    from unifl.scheduler.ray import start as ray_start
+    joined = ray_cluster.Connection(address=None, gcs_address="10.1.2.3:6379", owned=False,
+                                    users=1)
+    monkeypatch.setattr(ray_start, "connect", lambda *a: joined)
+    monkeypatch.setattr(ray_start, "release", lambda conn: None)
+    monkeypatch.setattr(ray_start, "start_workers", lambda *a: pytest.fail("workers started"))
+    cfg = PartyConfig.model_validate({"party": "guest", "backend": LOCAL, "executor": "ray",
+                                      "ray": {"private_key_ops": "workers"}})
+    with pytest.raises(ConfigError, match="10.1.2.3:6379.*without TLS"):
+        backend_from_config(cfg)
+
+
 def test_cheap_ops_stay_in_the_party_process_by_default(cluster):
     """A MontMult per element costs less to compute than to ship: by default (local_ops) it never
     reaches a worker, whatever the batch size; an encryption does."""

@@ -49,13 +49,13 @@ def effective_job(cfg: PartyConfig, job: JobConfig) -> dict:
 
 def warn_if_insecure(cfg: PartyConfig) -> bool:
     """Say on stderr (and in the log) that this party's links are unauthenticated and unencrypted
-    when its config runs plaintext by ``network.insecure: true``; called on every start."""
-    msg = cfg.network.insecure_warning()
-    if msg is None:
-        return False
-    print(f"unifl {cfg.party}: {msg}", file=sys.stderr, flush=True)
-    log.warning("%s: %s", cfg.party, msg)
-    return True
+    when its config runs plaintext by ``network.insecure: true``, and that its private key goes
+    to its Ray workers in clear by ``ray.insecure: true``; called on every start."""
+    msgs = [cfg.network.insecure_warning(), cfg.ray.insecure_warning() if cfg.ray else None]
+    for msg in filter(None, msgs):
+        print(f"unifl {cfg.party}: {msg}", file=sys.stderr, flush=True)
+        log.warning("%s: %s", cfg.party, msg)
+    return any(msgs)
 
 
 def run_party(cfg: PartyConfig, job: JobConfig, *, data_dir: str | None = None,

@@ -21,14 +21,20 @@ E     EncryptedArray          length, ciphertext frame (``serialize.array_to_byt
 K     private key (top level) length, key JSON; made only by :func:`encode_private_key`
 ====  ======================  ==========================================================
 
-Private keys never travel in an ordinary message: :func:`encode` refuses a private key object and
-also its JSON text smuggled as a ``str`` or ``bytes`` value, a dict key, or a JSON text nested in
-another (any text naming the kind ``paillier.private``/``rsa.private``, and any mapping with the
-private fields ``p`` and ``q``), with :class:`~unifl.core.errors.PrivateKeyExposure`.  The one path for
-a private key is :func:`encode_private_key` (tag K, used by ``Channel.send_private_key`` over mutual
-TLS only), and :func:`decode` accepts tag K only when called with ``allow_private_key=True``.  The
-guard recognises the key's own encodings, not an arbitrary re-encoding of its numbers (a bare prime
-as an int, base64 of the JSON): those are excluded by review, not by parsing.
+Private keys never travel in an ordinary message.  :func:`encode` refuses a private key object,
+and then, on the values (:mod:`unifl.phe_sdk.exposure`): a message whose bytes, integers or lists
+of integers carry a secret value of any private key alive in this process (p, q, λ, μ, φ, the CRT
+constants; RSA's d, d_p, d_q) in one of the forms that module lists -- integers and their
+multiples, big- or little-endian binary at any bit offset (bytes, ints, uint8...uint64 arrays,
+limbs in either order), decimal, hexadecimal and base64 text, each piece of 64 bits or 16
+characters found wherever it sits, so a key split across fields is found piece by piece -- is
+refused with :class:`~unifl.core.errors.PrivateKeyExposure`.  Text naming a private key's kind
+(``paillier.private``/``rsa.private``, escaped or in JSON in JSON) and mappings with both fields p
+and q are refused too, which also covers a private key this process does not hold.  What the
+guard does not find is stated in :mod:`unifl.phe_sdk.exposure` (transforms it does not know,
+pieces below its windows).  The one path for a private key is :func:`encode_private_key` (tag K,
+used by ``Channel.send_private_key`` over mutual TLS only), and :func:`decode` accepts tag K only
+when called with ``allow_private_key=True``.
 
 Keys received are held to the receiver's floor (``min_key_bits``) by their bit length, read from the
 JSON before any key object is built, so an undersized key costs no primality test.
@@ -50,7 +56,7 @@ import numpy as np
 
 from ..core.backend import Backend
 from ..core.errors import KeyMismatchError, PrivateKeyExposure, SerializationError
-from ..phe_sdk import paillier, rsa, serialize
+from ..phe_sdk import exposure, paillier, rsa, serialize
 from ..phe_sdk.array import EncryptedArray
 
 MAGIC = b"UFLM"
@@ -79,8 +85,27 @@ def encode(obj: Any) -> bytes:
     :class:`~unifl.core.errors.PrivateKeyExposure` (a TypeError) for a private key in any form."""
     out = bytearray(MAGIC)
     out.append(VERSION)
-    _enc(obj, out, 0)
-    return bytes(out)
+    seen = _Seen()
+    _enc(obj, out, 0, seen)
+    data = bytes(out)
+    if exposure.revealed_in(data, seen.ints) or any(exposure.bytes_reveal(s)
+                                                    for s in seen.int_lists):
+        raise PrivateKeyExposure("this message carries a secret value of a private key this "
+                                 "process holds (unifl.phe_sdk.exposure); private keys are never "
+                                 "sent in a message -- Channel.send_private_key, over mutual TLS, "
+                                 "is the one path for a key")
+    return data
+
+
+class _Seen:
+    """What the value guard checks besides the message's bytes: its large integers, and its lists
+    of integers as the arrays they stand for."""
+
+    __slots__ = ("ints", "int_lists")
+
+    def __init__(self) -> None:
+        self.ints: list[int] = []
+        self.int_lists: list[bytes] = []
 
 
 def encode_private_key(key: "paillier.PrivateKey | rsa.PrivateKey") -> bytes:
@@ -119,8 +144,11 @@ def _json_holds_private(obj: Any, depth: int) -> bool:
                    for k, v in obj.items())
     if isinstance(obj, list):
         return any(_json_holds_private(v, depth + 1) for v in obj)
-    if isinstance(obj, str):
-        return _text_holds_private(obj, depth + 1)
+    if isinstance(obj, str):      # parsed: escapes resolved, so the values are seen as they are
+        return (exposure.bytes_reveal(obj.encode("utf-8", "surrogatepass"))
+                or _text_holds_private(obj, depth + 1))
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return exposure.int_reveals(obj)
     return False
 
 
@@ -160,7 +188,7 @@ def _put_len(out: bytearray, n: int) -> None:
     out += _U32.pack(n)
 
 
-def _enc(obj: Any, out: bytearray, depth: int) -> None:
+def _enc(obj: Any, out: bytearray, depth: int, seen: _Seen) -> None:
     if depth > MAX_DEPTH:
         raise SerializationError(f"message nests deeper than {MAX_DEPTH} levels")
     if obj is None:
@@ -169,6 +197,8 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
         out += b"T" if obj else b"F"
     elif isinstance(obj, (int, np.integer)):
         v = int(obj)
+        if abs(v) >> 64:
+            seen.ints.append(v)
         mag = abs(v).to_bytes(max(1, (abs(v).bit_length() + 7) // 8), "little")
         out += b"I"
         out.append(1 if v < 0 else 0)
@@ -195,8 +225,11 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
     elif isinstance(obj, (list, tuple)):
         out += b"L" if isinstance(obj, list) else b"U"
         _put_len(out, len(obj))
+        packed = exposure.int_list_bytes(obj)
+        if packed is not None:
+            seen.int_lists.append(packed)
         for item in obj:
-            _enc(item, out, depth + 1)
+            _enc(item, out, depth + 1, seen)
     elif isinstance(obj, dict):
         if _is_private_mapping(obj):
             raise PrivateKeyExposure("a mapping with a private key's kind or fields (p, q) is "
@@ -211,7 +244,7 @@ def _enc(obj: Any, out: bytearray, depth: int) -> None:
             data = k.encode("utf-8")
             _put_len(out, len(data))
             out += data
-            _enc(v, out, depth + 1)
+            _enc(v, out, depth + 1, seen)
     elif isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
         code = _DTYPE_CODES.get(arr.dtype.newbyteorder("<").str if arr.dtype.byteorder == ">"

@@ -1,15 +1,19 @@
 """Load and validate the YAML files of a run; every error names the file, the field and what is
-allowed (:class:`unifl.core.errors.ConfigError`)."""
+allowed (:class:`unifl.core.errors.ConfigError`).
+
+Nothing here imports pydantic: the party schema (:mod:`unifl.configs.schema`) is plain Python, so a
+FATE worker (pydantic 1) loads a party's YAML through the same path as ``unifl run``; the job schema
+(``unifl.app.params``, pydantic 2) comes through :func:`validate` as well, whose errors are read
+the same way (``errors()``)."""
 
 from __future__ import annotations
 
 import os
 import reprlib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from ..core.errors import ConfigError
 from .schema import PartyConfig
@@ -22,7 +26,14 @@ MAX_DEPTH = 64
 #: the offending value in an error message, shortened (bounded work however large it is)
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 120
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="Validated")
+
+
+class Validated(Protocol):
+    """A schema class: a config section (:mod:`unifl.configs.model`) or a pydantic model."""
+
+    @classmethod
+    def model_validate(cls: type[M], obj: Any) -> M: ...
 
 
 def example_path(name: str) -> Path:
@@ -44,16 +55,16 @@ def resolve(path: str | os.PathLike) -> Path:
     raise ConfigError(f"{p}: no such config file")
 
 
-def _format(where: str, exc: ValidationError) -> str:
+def _format(where: str, errors: list[dict[str, Any]]) -> str:
     lines = []
-    for err in exc.errors():
+    for err in errors:
         loc = [str(x) for x in err["loc"] if x != "[key]"]     # a bad mapping key: name the key
         field = ".".join(loc) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         given = (f" (got {_SHORT.repr(err['input'])})"
-                 if err["type"] not in ("missing", "model_type") else "")
+                 if err["type"] not in ("missing", "model_type", "rule") else "")
         lines.append(f"{where}: field '{field}': {msg}{given}")
     return "\n".join(lines)
 
@@ -64,8 +75,11 @@ def validate(model: type[M], data: Any, where: str = "<config>") -> M:
         raise ConfigError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
     try:
         return model.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format(where, exc)) from None
+    except ValueError as exc:       # a SchemaError, or pydantic's ValidationError: errors() both
+        errors = getattr(exc, "errors", None)
+        if not callable(errors):
+            raise
+        raise ConfigError(_format(where, list(errors()))) from None
 
 
 class _Loader(yaml.SafeLoader):

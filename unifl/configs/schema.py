@@ -1,29 +1,30 @@
 """The YAML schema of a party's hardware and network (:class:`PartyConfig`, DESIGN.md §5).  The job
 every party runs has its schema with the algorithms it names (``unifl.app.params.JobConfig``).
 
-Every model forbids unknown keys, so a typo is an error that names the field instead of a setting
+Every section forbids unknown keys, so a typo is an error that names the field instead of a setting
 silently ignored.  Loading (with the file name in every error) is in :mod:`unifl.configs.load`.
 
 The party schema is assembled from the backend registry when a config is validated: each registered
 backend (built-in folder or plug-in) may have one section named after it, checked by that backend's
 own options model (``Backend.options_model``, the same model its constructor parses), and the
 backend names a config uses are checked against the registry.  Nothing here names a backend.
+
+The sections are declared on :mod:`unifl.configs.model`, plain Python like the backends' options
+models, not pydantic: the same schema validates a party in ``unifl run`` and in a FATE worker,
+whose venv pins pydantic 1 (:mod:`unifl.fate.party`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Literal, Optional, Union
-
-from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError,
-                      ValidatorFunctionWrapHandler, field_validator, model_validator)
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from typing import Any, Iterable, Literal, Optional, Union
 
 from ..core import registry
 from ..core.errors import BackendUnavailable, ConfigError
 from ..core.options import BackendOptions, BackendOptionsError
 from ..core.state import PoolLimits
+from .model import FieldError, SchemaError, Section, setting
 
 ROLES = ("guest", "host", "arbiter")
 
@@ -44,38 +45,33 @@ def _check_backend(value: str, allow_auto: bool) -> str:
     return value
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+def _scale_bits(v: Optional[int]) -> Optional[int]:
+    from ..phe_sdk.encoding import MAX_SCALE_BITS
+    if v is not None and v > MAX_SCALE_BITS:
+        raise ValueError(f"scale_bits must be at most {MAX_SCALE_BITS} (2^-{MAX_SCALE_BITS} "
+                         f"is the finest step of a float64); got {v}")
+    return v
 
 
-class EncodingSection(_Section):
+class EncodingSection(Section):
     """Fixed-point encoding: reals travel encrypted as round(x·2^scale_bits).  Unset (null), every
     algorithm encodes at its own default (vertical LR/LinR and SecureBoost's gradients 24,
     horizontal LR 40); set, it replaces that default in every job this party runs, and a job
     whose ``params.scale_bits`` says otherwise is refused.  The scale is part of the protocol:
     the parties of a job compare theirs at job start (``unifl.app.params.check_peer_scale``)."""
-    scale_bits: Optional[int] = Field(None, ge=1)
-
-    @field_validator("scale_bits")
-    @classmethod
-    def _scale(cls, v: Optional[int]) -> Optional[int]:
-        from ..phe_sdk.encoding import MAX_SCALE_BITS
-        if v is not None and v > MAX_SCALE_BITS:
-            raise ValueError(f"scale_bits must be at most {MAX_SCALE_BITS} (2^-{MAX_SCALE_BITS} "
-                             f"is the finest step of a float64); got {v}")
-        return v
+    scale_bits: Optional[int] = setting(None, ge=1, check=_scale_bits)
 
 
-class ObfuscatorsSection(_Section):
+class ObfuscatorsSection(Section):
     """Paillier obfuscators r^n computed ahead of use (``PublicKey.obfuscators``): one pool per
     key and backend instance, filled at job start and while the party waits on its peer, each
     factor used once.  ``max_mb``: the memory bound of one pool (0 turns pools off: every
     encryption computes its factor on the spot); ``fill_batch``: the most factors one filling call
     computes (an accelerator's plateau needs thousands); ``slice_ms``: the length of one background
     filling call, i.e. how long after the wait ends the refill may still run."""
-    max_mb: float = Field(64.0, ge=0, le=1 << 20)
-    fill_batch: int = Field(4096, ge=1, le=1 << 22)
-    slice_ms: float = Field(50.0, gt=0, le=60_000)
+    max_mb: float = setting(64.0, ge=0, le=1 << 20)
+    fill_batch: int = setting(4096, ge=1, le=1 << 22)
+    slice_ms: float = setting(50.0, gt=0, le=60_000)
 
     def limits(self) -> PoolLimits:
         """The :class:`~unifl.core.state.PoolLimits` these settings give."""
@@ -83,7 +79,20 @@ class ObfuscatorsSection(_Section):
                           slice_seconds=self.slice_ms / 1000)
 
 
-class DispatchSection(_Section):
+def _dispatch_cpu(v: Optional[str]) -> Optional[str]:
+    return None if v is None else _check_backend(v, allow_auto=False)
+
+
+def _dispatch_pin(v: dict[str, str]) -> dict[str, str]:
+    from ..core.contract import OPS
+    unknown = sorted(k for k in v if k != "default" and k not in OPS)
+    if unknown:
+        raise ValueError(f"dispatch.pin: {unknown} are not ops of the contract; keys are "
+                         f"'default' or one of {', '.join(OPS)}")
+    return v
+
+
+class DispatchSection(Section):
     """Size-aware dispatch (:mod:`unifl.scheduler.dispatch`): each call of the party's accelerator
     runs where it is fastest for its size -- the accelerator, the party's CPU backend, or both.
 
@@ -96,41 +105,23 @@ class DispatchSection(_Section):
     write the calibration cache.  ``calibration_budget_s``: the most one line's measurement may
     take on one backend."""
     mode: Literal["off", "auto", "calibrated", "pinned"] = "off"
-    cpu: Optional[str] = None
-    margin: float = Field(0.2, ge=0, le=10)
+    cpu: Optional[str] = setting(None, check=_dispatch_cpu)
+    margin: float = setting(0.2, ge=0, le=10)
     split: bool = True
-    pin: dict[str, Literal["accelerator", "cpu"]] = Field(default_factory=dict)
+    pin: dict[str, Literal["accelerator", "cpu"]] = setting(factory=dict, check=_dispatch_pin)
     cache: bool = True
-    calibration_budget_s: float = Field(1.0, gt=0, le=600)
+    calibration_budget_s: float = setting(1.0, gt=0, le=600)
 
-    @field_validator("cpu")
-    @classmethod
-    def _cpu(cls, v: Optional[str]) -> Optional[str]:
-        return None if v is None else _check_backend(v, allow_auto=False)
-
-    @field_validator("pin")
-    @classmethod
-    def _pin(cls, v: dict[str, str]) -> dict[str, str]:
-        from ..core.contract import OPS
-        unknown = sorted(k for k in v if k != "default" and k not in OPS)
-        if unknown:
-            raise ValueError(f"dispatch.pin: {unknown} are not ops of the contract; keys are "
-                             f"'default' or one of {', '.join(OPS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _pin_needs_pinned(self) -> "DispatchSection":
+    def _rules(self) -> Iterable[tuple[tuple[str | int, ...], str]]:
         # a setting that would be silently ignored is a mistake, not a setting
         if self.pin and self.mode != "pinned":
-            raise ValueError(f"dispatch.pin is given but dispatch.mode is {self.mode!r}; set "
-                             "mode: pinned to place ops by name, or remove pin")
+            yield (), (f"dispatch.pin is given but dispatch.mode is {self.mode!r}; set "
+                       "mode: pinned to place ops by name, or remove pin")
         if self.mode == "pinned" and not self.pin:
-            raise ValueError("dispatch.mode pinned needs dispatch.pin (op or 'default' -> "
-                             "accelerator | cpu)")
-        return self
+            yield (), "dispatch.mode pinned needs dispatch.pin (op or 'default' -> accelerator | cpu)"
 
 
-class TlsSection(_Section):
+class TlsSection(Section):
     """Mutual TLS: this party's certificate and key, and the CA that signed every party's cert."""
     cert: str
     key: str
@@ -164,54 +155,47 @@ def is_loopback_address(address: str) -> bool:
     return ip.is_loopback
 
 
-class NetworkSection(_Section):
+def _check_peers(v: dict[str, str]) -> dict[str, str]:
+    for addr in v.values():
+        _check_addr(addr)
+    return v
+
+
+class NetworkSection(Section):
     """Where this party listens, where its peers are, TLS, and the message size and receive limits.
 
     Without ``tls`` every address must be on the loopback: plaintext gRPC carries no identity and
     no secrecy, so a party listening on or dialling the network needs mutual TLS, or an explicit
     ``insecure: true`` (then every start warns that the link is unauthenticated and unencrypted).
     """
-    listen: str = "127.0.0.1:50052"
-    peers: dict[Role, str] = Field(default_factory=dict)
+    listen: str = setting("127.0.0.1:50052", check=_check_addr)
+    peers: dict[Role, str] = setting(factory=dict, check=_check_peers)
     tls: Optional[TlsSection] = None
     insecure: bool = False               # allow plaintext off the loopback (never for real data)
-    max_message_mb: float = Field(64.0, gt=0, le=2000)   # gRPC caps a message below 2 GiB
-    timeout_s: float = Field(120.0, gt=0)                 # every receive gives up after this
-    liveness_s: float = Field(5.0, gt=0)  # a peer whose pings fail this long has stopped
+    max_message_mb: float = setting(64.0, gt=0, le=2000)   # gRPC caps a message below 2 GiB
+    timeout_s: float = setting(120.0, gt=0)                 # every receive gives up after this
+    #: a peer that has answered nothing for this long (dead or partitioned) is PeerUnavailable
+    liveness_s: float = setting(5.0, gt=0)
     #: what one peer may have waiting in this party's queues (None: 16 x max_message_mb)
-    max_queued_mb: Optional[float] = Field(None, gt=0)
-    max_queued_messages: int = Field(4096, ge=1)
+    max_queued_mb: Optional[float] = setting(None, gt=0)
+    max_queued_messages: int = setting(4096, ge=1)
 
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, v: str) -> str:
-        return _check_addr(v)
-
-    @field_validator("peers")
-    @classmethod
-    def _peers(cls, v: dict) -> dict:
-        for addr in v.values():
-            _check_addr(addr)
-        return v
-
-    @model_validator(mode="after")
-    def _tls_off_the_loopback(self) -> "NetworkSection":
+    def _rules(self) -> Iterable[tuple[tuple[str | int, ...], str]]:
         if self.max_queued_mb is not None and self.max_queued_mb < self.max_message_mb:
-            raise ValueError(f"network.max_queued_mb ({self.max_queued_mb:g}) is below "
-                             f"network.max_message_mb ({self.max_message_mb:g}): one message "
-                             "could never be queued")
+            yield (), (f"network.max_queued_mb ({self.max_queued_mb:g}) is below "
+                       f"network.max_message_mb ({self.max_message_mb:g}): one message "
+                       "could never be queued")
         if self.tls is not None or self.insecure:
-            return self
+            return
         off = ([("network.listen", self.listen)] if not is_loopback_address(self.listen) else [])
         off += [(f"network.peers.{role}", addr) for role, addr in self.peers.items()
                 if not is_loopback_address(addr)]
         if off:
             where = ", ".join(f"{name} = {addr!r}" for name, addr in off)
-            raise ValueError(f"{where}: off the loopback without TLS; plaintext gRPC neither "
-                             "authenticates nor encrypts. Configure mutual TLS (network.tls: "
-                             "{cert, key, ca}), use a loopback address (127.0.0.1, ::1, "
-                             "localhost), or, knowingly, set network.insecure: true")
-        return self
+            yield (), (f"{where}: off the loopback without TLS; plaintext gRPC neither "
+                       "authenticates nor encrypts. Configure mutual TLS (network.tls: "
+                       "{cert, key, ca}), use a loopback address (127.0.0.1, ::1, "
+                       "localhost), or, knowingly, set network.insecure: true")
 
     def insecure_warning(self) -> str | None:
         """What every start of a party must say when it runs plaintext by ``insecure: true``."""
@@ -223,7 +207,44 @@ class NetworkSection(_Section):
                 "Configure network.tls (mutual TLS) for real data.")
 
 
-class RaySection(_Section):
+def _ray_address(v: Optional[str]) -> Optional[str]:
+    if v is None or v == "auto":
+        return v
+    try:
+        return _check_addr(v)
+    except ValueError:
+        raise ValueError(f"ray.address {v!r} must be null (a local Ray instance), 'auto' "
+                         "(the cluster this node joined) or HOST:PORT of the head node") from None
+
+
+def _ray_backend(v: Optional[str]) -> Optional[str]:
+    return None if v is None else _check_backend(v, allow_auto=False)
+
+
+def _backend_list(v: Optional[list[str]]) -> Optional[list[str]]:
+    for name in v or []:
+        _check_backend(name, allow_auto=False)
+    return v
+
+
+def _local_ops(v: list[str]) -> list[str]:
+    from ..core.contract import OPS
+    unknown = [op for op in v if op not in OPS]
+    if unknown:
+        raise ValueError(f"ray.local_ops: {unknown} are not ops of the contract; ops: "
+                         f"{', '.join(OPS)}")
+    return v
+
+
+def _resources(v: dict[str, float]) -> dict[str, float]:
+    for name, amount in v.items():
+        if not name or amount < 0:
+            raise ValueError(f"ray.resources_per_worker.{name}: a resource amount must be a "
+                             f"non-negative number, got {amount!r}")
+    return v
+
+
+class RaySection(Section):
     """This party's own Ray cluster (``executor: ray``): its batches are split over ``workers`` Ray
     actors, each holding its own instance of ``backend`` (with its own fallback chain), so device
     state stays on the worker; only the batches and, once per key, the key records cross the
@@ -235,95 +256,106 @@ class RaySection(_Section):
     (:data:`unifl.core.contract.SECRET_OPS`: key-owner encryption, decryption, secret-exponent
     ModExps) -- ``local`` (the default) keeps p and q in this process, on the party's own
     ``backend``/``fallback`` chain; ``workers`` ships them to the actors too, which is only as safe
-    as the cluster's nodes and links (docs/scale.md: Ray's TLS)."""
-    address: Optional[str] = None
-    workers: int = Field(2, ge=1, le=4096)
-    backend: Optional[str] = None           # what each worker runs; null: the party's backend
-    fallback: Optional[list[str]] = None    # each worker's chain after it; null: the party's
-    resources_per_worker: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0})
-    start_timeout_s: float = Field(60.0, gt=0, le=3600)
+    as the cluster's nodes and links: off the loopback (``address`` a non-loopback ``HOST:PORT``
+    or ``auto``) it needs ``tls`` -- Ray's own TLS, which every node of the cluster must run
+    with (docs/scale.md §4) -- or, knowingly, ``insecure: true``, which warns at every start."""
+    address: Optional[str] = setting(None, check=_ray_address)
+    #: Ray's TLS for this party's process (RAY_USE_TLS and its files; every node runs the same)
+    tls: Optional[TlsSection] = None
+    #: allow ``private_key_ops: workers`` off the loopback without ``tls`` (warns at every start)
+    insecure: bool = False
+    workers: int = setting(2, ge=1, le=4096)
+    backend: Optional[str] = setting(None, check=_ray_backend)  # each worker's; null: the party's
+    fallback: Optional[list[str]] = setting(None, check=_backend_list)  # null: the party's
+    resources_per_worker: dict[str, float] = setting(factory=lambda: {"CPU": 1.0},
+                                                     check=_resources)
+    start_timeout_s: float = setting(60.0, gt=0, le=3600)
     private_key_ops: Literal["local", "workers"] = "local"
     #: a batch of fewer rows runs in the party's process (a round trip to a worker would cost more
     #: than it saves), and no worker gets a piece of fewer rows
-    min_rows: int = Field(32, ge=1)
+    min_rows: int = setting(32, ge=1)
     #: ops that run in the party's process whatever the batch size: those that cost less to
     #: compute than to ship (a MontMult mod n² per element: 0.71x in process on the same cores,
     #: docs/scale.md); [] ships every op
-    local_ops: list[str] = Field(default_factory=lambda: ["mont_mul", "mod_mul"])
+    local_ops: list[str] = setting(factory=lambda: ["mont_mul", "mod_mul"], check=_local_ops)
     #: a worker that has not returned a piece after this long is stopped and its piece re-run
     #: elsewhere (a hung device); null: no limit (a piece takes as long as its batch needs)
-    piece_timeout_s: Optional[float] = Field(None, gt=0)
+    piece_timeout_s: Optional[float] = setting(None, gt=0)
 
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: Optional[str]) -> Optional[str]:
-        if v is None or v == "auto":
-            return v
-        try:
-            return _check_addr(v)
-        except ValueError:
-            raise ValueError(f"ray.address {v!r} must be null (a local Ray instance), 'auto' "
-                             "(the cluster this node joined) or HOST:PORT of the head node"
-                             ) from None
+    def _rules(self) -> Iterable[tuple[tuple[str | int, ...], str]]:
+        if self.private_key_ops != "workers" or self.tls is not None or self.insecure:
+            return
+        if self.address is None or (self.address != "auto" and is_loopback_address(self.address)):
+            return             # a local instance (kept on the loopback; checked at start)
+        yield (), (f"private_key_ops: workers ships the private key (p and q) to the Ray workers, "
+                   f"and ray.address {self.address!r} is off the loopback (or, auto, any node) "
+                   "with no TLS: the key would cross the cluster's network in clear. Configure "
+                   "ray.tls {cert, key, ca} (Ray's TLS, on every node of the cluster), keep "
+                   "private_key_ops: local, or, knowingly, set ray.insecure: true")
 
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, v: Optional[str]) -> Optional[str]:
-        return None if v is None else _check_backend(v, allow_auto=False)
-
-    @field_validator("fallback")
-    @classmethod
-    def _fallback(cls, v: Optional[list[str]]) -> Optional[list[str]]:
-        for name in v or []:
-            _check_backend(name, allow_auto=False)
-        return v
-
-    @field_validator("local_ops")
-    @classmethod
-    def _local_ops(cls, v: list[str]) -> list[str]:
-        from ..core.contract import OPS
-        unknown = [op for op in v if op not in OPS]
-        if unknown:
-            raise ValueError(f"ray.local_ops: {unknown} are not ops of the contract; ops: "
-                             f"{', '.join(OPS)}")
-        return v
-
-    @field_validator("resources_per_worker")
-    @classmethod
-    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
-        for name, amount in v.items():
-            if not name or amount < 0 or amount != amount:
-                raise ValueError(f"ray.resources_per_worker.{name}: a resource amount must be a "
-                                 f"non-negative number, got {amount!r}")
-        return v
+    def insecure_warning(self) -> str | None:
+        """What every start must say when the private key goes to the workers without TLS by
+        ``insecure: true``."""
+        if self.private_key_ops != "workers" or self.tls is not None or not self.insecure:
+            return None
+        return ("WARNING: ray.insecure is true, ray.private_key_ops is workers and ray.tls is "
+                f"not set: the private key (p and q) travels to the Ray workers at "
+                f"{self.address or 'a local instance'} UNENCRYPTED; anyone on the cluster's "
+                "network can read it. Configure ray.tls for real data.")
 
 
 #: a device entry: a scalar for the backend's selector, or a mapping of options (strict scalars:
 #: ``true`` or ``1.0`` must not quietly become device 1)
-DeviceEntry = Union[StrictInt, StrictStr, dict[str, Any]]
+DeviceEntry = Union[int, str, dict[str, Any]]
 
 
-def _error(loc: tuple, message: str, value: Any) -> InitErrorDetails:
-    """One field error at ``loc`` for a ValidationError (``load`` prints the message as is)."""
-    loc = tuple(x if isinstance(x, (str, int)) and not isinstance(x, bool) else repr(x)
-                for x in loc)
-    # the message is a literal, not a template: braces in it (a YAML mapping) stay as they are
-    return InitErrorDetails(type=PydanticCustomError("unifl_config", "{message}",
-                                                     {"message": message}),
-                            loc=loc, input=value)
-
-
-def _option_errors(loc: tuple, exc: BackendOptionsError) -> list[InitErrorDetails]:
+def _option_errors(loc: tuple[str | int, ...], exc: BackendOptionsError) -> list[FieldError]:
     """A backend options model's problems as field errors under ``loc`` (``<backend>.<option>``)."""
     out = []
     for p in exc.problems:
         message = p.message.replace("unknown option", "unknown field", 1) if p.unknown \
             else p.message
-        out.append(_error(loc + (p.option,), message, p.value))
+        out.append(FieldError(loc + (p.option,), message, p.value))
     return out
 
 
-class PartyConfig(_Section):
+def _default_backend() -> str:
+    return registry.DEFAULT_CHAIN[0]
+
+
+def _default_fallback() -> list[str]:
+    return list(registry.DEFAULT_CHAIN)
+
+
+def _party_backend(v: str) -> str:
+    return _check_backend(v, allow_auto=True)
+
+
+def _fallback(v: list[str]) -> list[str]:
+    for name in v:
+        _check_backend(name, allow_auto=False)
+    return v
+
+
+def _devices_before(v: Any) -> Any:
+    # checked before the annotation, so an error names the entry instead of every union arm
+    if v == "all":
+        return v
+    if not isinstance(v, list) or not v:
+        raise ValueError("devices must be 'all' or a non-empty list")
+    for i, entry in enumerate(v):
+        if isinstance(entry, dict):
+            if not all(isinstance(k, str) for k in entry):
+                raise ValueError(f"devices[{i}]: option names must be strings")
+            if "backend" in entry:
+                _check_backend(str(entry["backend"]), allow_auto=False)
+        elif isinstance(entry, bool) or not isinstance(entry, (int, str)):
+            raise ValueError(f"devices[{i}] must be a device selector (an integer or a "
+                             f"string) or a mapping of options, got {entry!r}")
+    return v
+
+
+class PartyConfig(Section):
     """One party's YAML (DESIGN.md §5).  ``devices``: ``all`` = one backend instance using every
     device it sees; a list = one instance per entry, batches split across them least-loaded first.
     An entry is a scalar that the backend's device selector turns into options
@@ -334,44 +366,37 @@ class PartyConfig(_Section):
     and checked by that backend's options model: its options for that backend
     (:meth:`backend_options`).  The defaults of ``backend`` and ``fallback`` are the registry's
     chain of backends that need no special hardware."""
-    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     party: Role
-    backend: str = Field(default_factory=lambda: registry.DEFAULT_CHAIN[0])
-    fallback: list[str] = Field(default_factory=lambda: list(registry.DEFAULT_CHAIN))
-    devices: Union[Literal["all"], list[DeviceEntry]] = "all"
+    backend: str = setting(factory=_default_backend, check=_party_backend)
+    fallback: list[str] = setting(factory=_default_fallback, check=_fallback)
+    devices: Union[Literal["all"], list[DeviceEntry]] = setting("all", before=_devices_before)
     executor: Literal["threads", "serial", "ray"] = "threads"
     ray: Optional[RaySection] = None
-    key_bits: int = Field(2048, ge=1024, le=8192)
-    encoding: EncodingSection = Field(default_factory=lambda: EncodingSection.model_validate({}))
-    network: NetworkSection = Field(default_factory=lambda: NetworkSection.model_validate({}))
-    obfuscators: ObfuscatorsSection = Field(
-        default_factory=lambda: ObfuscatorsSection.model_validate({}))
-    dispatch: DispatchSection = Field(default_factory=lambda: DispatchSection.model_validate({}))
+    key_bits: int = setting(2048, ge=1024, le=8192)
+    encoding: EncodingSection = setting(factory=EncodingSection)
+    network: NetworkSection = setting(factory=NetworkSection)
+    obfuscators: ObfuscatorsSection = setting(factory=ObfuscatorsSection)
+    dispatch: DispatchSection = setting(factory=DispatchSection)
 
-    @model_validator(mode="wrap")
     @classmethod
-    def _assemble(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> "PartyConfig":
-        """Split the backend sections off the party's own fields, check each with its backend's
-        model, then the fields, then the device entries against the backends they configure.  The
-        errors of one stage are reported together, each at its field."""
-        if not isinstance(data, dict):
-            return handler(data)
-        fields = {k: v for k, v in data.items() if k in cls.model_fields}
-        errors: list[InitErrorDetails] = []
-        sections: dict[str, dict[str, Any]] = {}
+    def _split_extra(cls, data: dict[str, Any], loc: tuple[str | int, ...],
+                     errors: list[FieldError]) -> dict[str, Any]:
+        """The backend sections: each key that is no party setting must name a registered backend,
+        and its mapping is checked by that backend's options model (kept as the model read it)."""
+        sections: dict[str, Any] = {}
         registered = registry.names()
         for key, value in data.items():
-            if key in cls.model_fields:
+            if key in cls.fields():
                 continue
             if key not in registered:
-                errors.append(_error((key,), "unknown field (neither a party setting nor a "
-                                     f"registered backend; backends: {', '.join(registered)})",
-                                     value))
+                errors.append(FieldError(loc + (str(key),), "unknown field (neither a party "
+                                         "setting nor a registered backend; backends: "
+                                         f"{', '.join(registered)})", value))
                 continue
             if not isinstance(value, dict):
-                errors.append(_error((key,), f"the options of backend {key!r} must be a mapping",
-                                     value))
+                errors.append(FieldError(loc + (key,), f"the options of backend {key!r} must be "
+                                         "a mapping", value))
                 continue
             try:
                 model = registry.options_model(key)
@@ -383,28 +408,32 @@ class PartyConfig(_Section):
             try:
                 parsed = model.parse(value, backend=key)
             except BackendOptionsError as exc:
-                errors.extend(_option_errors((key,), exc))
+                errors.extend(_option_errors(loc + (key,), exc))
                 continue
             sections[key] = {k: getattr(parsed, k) for k in value}     # as the model read them
-        try:
-            cfg = handler({**fields, **sections})
-        except ValidationError as exc:
-            if not errors:
-                raise
-            errors += [InitErrorDetails(type=PydanticCustomError(e["type"], e["msg"]),
-                                        loc=e["loc"], input=e["input"]) for e in exc.errors()]
-        if not errors:
-            errors = cfg._device_errors()
-        if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
-        return cfg
+        return sections
 
-    def _device_errors(self) -> list[InitErrorDetails]:
+    def _rules(self) -> Iterable[tuple[tuple[str | int, ...], str]]:
+        if self.party in self.network.peers:
+            yield (), f"network.peers lists this party's own role {self.party!r}"
+        # a section that would be silently ignored is a mistake, not a setting
+        if self.ray is not None and self.executor != "ray":
+            yield (), (f"ray: the section is given but executor is {self.executor!r}; set "
+                       "executor: ray to run on the cluster, or remove the section")
+        if self.executor == "ray" and self.ray is None:
+            object.__setattr__(self, "ray", RaySection())
+        if self.dispatch.mode != "off" and self.executor == "ray":
+            yield (), ("dispatch: size-aware dispatch places calls between this process's "
+                       "accelerator and CPU backend; with executor: ray the workers hold the "
+                       "backends (ray.min_rows and ray.local_ops keep small calls local). Set "
+                       "dispatch.mode: off, or another executor")
+        yield from self._device_errors()
+
+    def _device_errors(self) -> Iterable[tuple[tuple[str | int, ...], str]]:
         """Each listed device entry as the options its backend will be started with: a scalar
         through the backend's device selector, merged over the backend's section."""
         if not isinstance(self.devices, list):
-            return []
-        errors = []
+            return
         for i, entry in enumerate(self.devices):
             name = self.backend
             if isinstance(entry, dict):
@@ -418,7 +447,7 @@ class PartyConfig(_Section):
                 except BackendUnavailable:
                     continue        # not importable here: skipped at run time with the reason
                 except ConfigError as exc:
-                    errors.append(_error(("devices", i), str(exc), entry))
+                    yield ("devices", i), str(exc)
                     continue
             if name == "auto":
                 continue
@@ -428,72 +457,20 @@ class PartyConfig(_Section):
             except BackendUnavailable:
                 continue
             except BackendOptionsError as exc:
-                errors.extend(_option_errors(("devices", i), exc))
-        return errors
-
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, v: str) -> str:
-        return _check_backend(v, allow_auto=True)
-
-    @field_validator("fallback")
-    @classmethod
-    def _fallback(cls, v: list[str]) -> list[str]:
-        for name in v:
-            _check_backend(name, allow_auto=False)
-        return v
-
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _devices(cls, v: Any) -> Any:
-        # checked here, before the union, so an error names the entry instead of every union arm
-        if v == "all":
-            return v
-        if not isinstance(v, list) or not v:
-            raise ValueError("devices must be 'all' or a non-empty list")
-        for i, entry in enumerate(v):
-            if isinstance(entry, dict):
-                if not all(isinstance(k, str) for k in entry):
-                    raise ValueError(f"devices[{i}]: option names must be strings")
-                if "backend" in entry:
-                    _check_backend(str(entry["backend"]), allow_auto=False)
-            elif isinstance(entry, bool) or not isinstance(entry, (int, str)):
-                raise ValueError(f"devices[{i}] must be a device selector (an integer or a "
-                                 f"string) or a mapping of options, got {entry!r}")
-        return v
-
-    @model_validator(mode="after")
-    def _peers_are_others(self) -> "PartyConfig":
-        if self.party in self.network.peers:
-            raise ValueError(f"network.peers lists this party's own role {self.party!r}")
-        return self
-
-    @model_validator(mode="after")
-    def _ray_section_needs_ray(self) -> "PartyConfig":
-        # a section that would be silently ignored is a mistake, not a setting
-        if self.ray is not None and self.executor != "ray":
-            raise ValueError(f"ray: the section is given but executor is {self.executor!r}; set "
-                             "executor: ray to run on the cluster, or remove the section")
-        if self.executor == "ray" and self.ray is None:
-            object.__setattr__(self, "ray", RaySection.model_validate({}))
-        return self
-
-    @model_validator(mode="after")
-    def _dispatch_is_local(self) -> "PartyConfig":
-        if self.dispatch.mode != "off" and self.executor == "ray":
-            raise ValueError("dispatch: size-aware dispatch places calls between this process's "
-                             "accelerator and CPU backend; with executor: ray the workers hold "
-                             "the backends (ray.min_rows and ray.local_ops keep small calls "
-                             "local). Set dispatch.mode: off, or another executor")
-        return self
+                for err in _option_errors(("devices", i), exc):
+                    yield err.loc, err.msg
 
     def backend_options(self, name: str) -> dict[str, Any]:
-        """The options this config gives backend ``name`` (its section, as its model read them;
+        """The options this config gives backend ``name`` (its section, as its model read it;
         the model's defaults supply the rest): keyword arguments for the backend's constructor."""
-        return dict((self.model_extra or {}).get(name) or {})
+        return dict((self.__dict__.get("_extra") or {}).get(name) or {})
 
     def options(self, name: str) -> BackendOptions:
         """Backend ``name``'s full options under this config: its section over the model's
         defaults.  BackendUnavailable when the backend cannot be imported here."""
         return registry.options_model(name).parse(self.backend_options(name), backend=name)
 
+
+__all__ = ["PartyConfig", "NetworkSection", "RaySection", "TlsSection", "EncodingSection",
+           "ObfuscatorsSection", "DispatchSection",
+           "SchemaError", "ROLES", "backend_names", "is_loopback_address"]

@@ -18,6 +18,6 @@ else:
 
     _install()
 
-from .party import current_backend, set_backend  # noqa: E402
+from .party import current_backend, report, selection, set_backend  # noqa: E402
 
-__all__ = ["FATE_AVAILABLE", "current_backend", "set_backend"]
+__all__ = ["FATE_AVAILABLE", "current_backend", "set_backend", "selection", "report"]

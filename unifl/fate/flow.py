@@ -29,9 +29,11 @@ import importlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -63,6 +65,9 @@ PACKAGED_DATA = Path(__file__).resolve().parent.parent / "app" / "data"
 #: the parties of a standalone FATE-Flow (one server plays every party)
 GUEST, HOST, ARBITER = "9999", "10000", "10000"
 HOME_MARKER = ".unifl-fate-flow-home"
+#: environment variable carrying the random token of a server this module started (and of every
+#: task it launches, which inherit its environment): what makes a process provably ours to stop
+TOKEN_VARIABLE = "UNIFL_FATE_FLOW_TOKEN"
 
 
 class FateFlowError(RuntimeError):
@@ -87,6 +92,39 @@ class FateFlowJobFailed(FateFlowError):
         super().__init__(f"FATE-Flow job {job_id} failed{': ' + detail if detail else ''}\n{lines}")
 
 
+# ---- private folders and files ------------------------------------------------------------------
+
+def private_dir(path: Path, what: str) -> Path:
+    """``path`` as a folder only this user can enter: made with mode 0700 when absent (its
+    parents as usual), else checked to be a real folder (not a link), owned by this user, with no
+    access for group or others.  :class:`FateFlowError` naming ``what`` otherwise: a folder another
+    local user prepared (with a ``sitecustomize.py`` in it, say) is never used."""
+    path = Path(os.path.abspath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    problem = ("is a link" if stat.S_ISLNK(st.st_mode) else
+               "is not a folder" if not stat.S_ISDIR(st.st_mode) else
+               f"belongs to uid {st.st_uid}, not this user ({os.geteuid()})"
+               if st.st_uid != os.geteuid() else
+               f"has mode {stat.S_IMODE(st.st_mode):o}: group or others may enter it"
+               if st.st_mode & 0o077 else None)
+    if problem:
+        raise FateFlowError(f"the {what} {path} {problem}; it must be a private folder of this "
+                            "user (mode 700) -- remove it or choose another place")
+    return path
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write a new file (refused if anything, a link included, is already at ``path``)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 # ---- the provider folder -----------------------------------------------------------------------
 
 def entry_points_text() -> str:
@@ -102,9 +140,11 @@ def write_provider_folder(folder: Path) -> Path:
     It holds ``unifl`` (a link to the package this module belongs to, so a rebuilt tree is picked
     up) and ``unifl_fate_plugin-<version>.dist-info`` with only METADATA and entry_points.txt: no
     requirements, so FATE's pkg_resources loads the components in FATE's venv.  Returns the folder.
+
+    FATE-Flow puts this folder first on every task's path, so it must be private: made 0700, or
+    refused when it exists as anything else (:func:`private_dir`).
     """
-    folder = folder.resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(folder, "provider folder")
     package = Path(unifl.__file__).resolve().parent
     link = folder / "unifl"
     if link.is_symlink() or link.exists():
@@ -119,14 +159,14 @@ def write_provider_folder(folder: Path) -> Path:
     for stale in folder.glob(f"{PLUGIN_DIST}-*.dist-info"):   # another unifl version's shim
         shutil.rmtree(stale)
     dist = folder / f"{PLUGIN_DIST}-{unifl.__version__}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(
-        "Metadata-Version: 2.1\n"
-        f"Name: {PLUGIN_DIST.replace('_', '-')}\n"
-        f"Version: {unifl.__version__}\n"
-        "Summary: FATE component entry points of UniFL, without requirements (FATE's venv pins "
-        "pydantic 1; unifl itself is imported from the link beside this folder)\n")
-    (dist / "entry_points.txt").write_text(entry_points_text())
+    dist.mkdir(mode=0o700)
+    _write_new(dist / "METADATA",
+               "Metadata-Version: 2.1\n"
+               f"Name: {PLUGIN_DIST.replace('_', '-')}\n"
+               f"Version: {unifl.__version__}\n"
+               "Summary: FATE component entry points of UniFL, without requirements (FATE's venv "
+               "pins pydantic 1; unifl itself is imported from the link beside this folder)\n")
+    _write_new(dist / "entry_points.txt", entry_points_text())
     return folder
 
 
@@ -149,6 +189,48 @@ def _port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def _proc_stat(pid: int) -> Optional[list[str]]:
+    """The fields of /proc/<pid>/stat after the command name (state first); None when the process
+    is gone or is a zombie."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text.rsplit(")", 1)[-1].split()
+    return None if not fields or fields[0] in ("Z", "X") else fields
+
+
+def process_start_time(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks after boot (/proc/<pid>/stat field 22); None
+    when there is no such live process.  With the pid it names one process for ever: a pid the
+    system reuses belongs to a process that started later."""
+    if not Path("/proc/self/stat").exists():
+        raise FateFlowError("telling this module's FATE-Flow server apart from other processes "
+                            "needs Linux's /proc; stop the server yourself")
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def carries_token(pid: int, token: str) -> bool:
+    """Whether process ``pid`` has ``TOKEN_VARIABLE=token`` in its environment (readable only for
+    this user's own processes, or by root)."""
+    try:
+        environ = Path(f"/proc/{int(pid)}/environ").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return f"{TOKEN_VARIABLE}={token}".encode() in environ.split(b"\0")
+
+
+def processes_carrying(token: str) -> list[int]:
+    """Every live process (this one aside) whose environment carries ``token``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() \
+                and _proc_stat(int(entry.name)) is not None and carries_token(int(entry.name), token):
+            out.append(int(entry.name))
+    return out
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -174,7 +256,8 @@ class FlowServer:
     grpc_port: int = 9360
 
     def __post_init__(self) -> None:
-        self.home = Path(self.home).resolve()
+        # not resolved: a link at the home's own path is refused, not followed (make_home)
+        self.home = Path(os.path.abspath(self.home))
         self.venv_python = os.path.abspath(self.venv_python)   # keep the venv's bin/python link
 
     # -- paths
@@ -196,7 +279,12 @@ class FlowServer:
 
     @property
     def provider_folder(self) -> Path:
-        return self.home.parent / "provider"
+        """Inside the private home: FATE-Flow puts it first on every task's path."""
+        return self.home / "provider"
+
+    def make_home(self) -> Path:
+        """The home as a private folder of this user (:func:`private_dir`)."""
+        return private_dir(self.home, "FATE-Flow home")
 
     def _venv_run(self, code: str) -> str:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -220,10 +308,11 @@ class FlowServer:
         if self.home.exists() and not (self.home / HOME_MARKER).exists() and any(self.home.iterdir()):
             raise FateFlowError(f"{self.home} is not empty and was not made by unifl.fate.flow; "
                                 "choose another --home")
+        self.make_home()
         if conf.exists():          # made for another venv binding: init copies it afresh
             shutil.rmtree(conf)
-        self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / HOME_MARKER).write_text("FATE-Flow home made by python -m unifl.fate.flow\n")
+        if not (self.home / HOME_MARKER).exists():
+            _write_new(self.home / HOME_MARKER, "FATE-Flow home made by python -m unifl.fate.flow\n")
         # `fate_flow init --ip --port --home`, except that the conf it starts from is the package's
         # own: the CLI reads the previously bound home's, which fails once that home is deleted
         code = ("import os, fate_flow.commands.server_cli as cli; "
@@ -255,16 +344,59 @@ class FlowServer:
             raise FateFlowError(f"FATE-Flow at {self.url} answers its health URL with {answer}")
         return dict(answer.get("data") or {})
 
-    def running_pid(self) -> Optional[int]:
+    # -- the server's process: provably ours or left alone
+    def _write_pid_record(self, pid: int, token: str) -> None:
+        """The pid file: pid, start time and token, made once (O_EXCL, no link followed) in the
+        private home."""
+        _write_new(self.pid_file, json.dumps({"pid": pid, "start_time": process_start_time(pid),
+                                              "token": token}))
+
+    def _pid_record(self) -> Optional[dict[str, Any]]:
+        """The pid file's record when it is a regular file of this user holding one; else None."""
         try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
+            fd = os.open(self.pid_file, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return None
+            try:
+                record = json.loads(f.read(4096))
+            except ValueError:
+                return None
+        ok = (isinstance(record, dict) and type(record.get("pid")) is int
+              and type(record.get("start_time")) is int and isinstance(record.get("token"), str))
+        return record if ok else None
+
+    def running_pid(self) -> Optional[int]:
+        """The pid of the server this home's pid file records, when that process is provably it:
+        alive, started at the recorded time, and carrying the recorded token in its environment.
+        None otherwise (no server, or a stale or planted pid file)."""
+        record = self._pid_record()
+        if record is None:
+            return None
+        pid = record["pid"]
+        if process_start_time(pid) != record["start_time"] or not carries_token(pid, record["token"]):
             return None
         return pid
+
+    def launch(self, argv: Sequence[str], env: dict[str, str], stdout: Path,
+               stderr: Optional[Path] = None) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in a session of its own, in the home, with a fresh token in its
+        environment, and record it in the pid file (what :meth:`stop` will check)."""
+        token = secrets.token_hex(16)
+        env = {**env, TOKEN_VARIABLE: token}
+        with open(stdout, "ab") as out, open(stderr or stdout, "ab") as err:
+            proc = subprocess.Popen(list(argv), cwd=self.home, env=env, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self._write_pid_record(proc.pid, token)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return proc
 
     def start(self, worker_env: Optional[dict[str, str]] = None, timeout: float = 120.0) -> float:
         """Start the server in the background and wait for its health URL; returns seconds taken.
@@ -286,12 +418,12 @@ class FlowServer:
         env.update(worker_env or {})
         env["PATH"] = f"{self.venv_bin}{os.pathsep}{env.get('PATH', '')}"
         server = Path(self._venv_run("import fate_flow, os; print(os.path.dirname(fate_flow.__file__))"))
+        self.make_home()
+        if self.pid_file.exists() or self.pid_file.is_symlink():
+            self.pid_file.unlink()       # a stale record (running_pid said no server runs)
         t0 = time.monotonic()
-        with open(self.home / "logs-console.log", "ab") as out, open(self.error_log, "ab") as err:
-            proc = subprocess.Popen([self.venv_python, str(server / "fate_flow_server.py")],
-                                    cwd=self.home, env=env, stdout=out, stderr=err,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pid_file.write_text(str(proc.pid))
+        proc = self.launch([self.venv_python, str(server / "fate_flow_server.py")], env,
+                           self.home / "logs-console.log", self.error_log)
         while True:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
@@ -313,26 +445,34 @@ class FlowServer:
         return time.monotonic() - t0
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """SIGTERM the recorded server, then its session (tasks it launched); True if one was running."""
+        """SIGTERM the recorded server (SIGKILL after ``timeout``), then SIGKILL every process that
+        carries its token (the tasks it launched); True if it was running.  Only a process that is
+        provably the server (:meth:`running_pid`) or one of its tasks is ever signalled: a stale or
+        planted pid file is removed and nothing is killed."""
+        record = self._pid_record()
         pid = self.running_pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
+        if pid is None or record is None:
+            if record is not None or self.pid_file.is_symlink():
+                self.pid_file.unlink()
             return False
+        token = record["token"]
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
+        while time.monotonic() < deadline and process_start_time(pid) == record["start_time"]:
             time.sleep(0.2)
-        else:
+        if self.running_pid() == pid:
             os.kill(pid, signal.SIGKILL)
-        try:   # task workers left in the server's session (start_new_session: pgid == pid)
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for other in processes_carrying(token):     # tasks left behind, wherever their session
+            try:
+                os.kill(other, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.pid_file.unlink(missing_ok=True)
+        deadline = time.monotonic() + timeout       # SIGKILL is asynchronous: wait for the exits
+        while time.monotonic() < deadline and (
+                processes_carrying(token)
+                or any(_port_in_use(self.host, port) for port in (self.http_port, self.grpc_port))):
+            time.sleep(0.2)
         for port in (self.http_port, self.grpc_port):
             if _port_in_use(self.host, port):
                 raise FateFlowError(f"FATE-Flow stopped but {self.host}:{port} is still bound")

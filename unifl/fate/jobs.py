@@ -120,6 +120,10 @@ def party_main(ctx: Any) -> None:
                       backends=args.backends, dataset=args.dataset,
                       phe_backend_guest=unifl.fate.current_backend().name
                       if args.kind == "unifl" else None)
+        if args.kind == "unifl":     # what the scheduler chose for the guest, and what it ran
+            sel = unifl.fate.selection()
+            result.update(phe_devices_guest=list(sel.get("devices", [])),
+                          phe_report_guest=unifl.fate.report())
         with open(args.out, "w") as f:
             json.dump(result, f)
 

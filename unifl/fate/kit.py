@@ -38,10 +38,17 @@ round(x·2^precision) (first value most significant, a short last group folded t
 ``pack_squeeze`` does the same to ciphertexts with E(acc)^(2^shift)·E(x).  These are the bit layouts
 FATE's ``unpack_floats`` expects, so FATE's SecureBoost decodes them unchanged.
 
-Pickling: FATE pickles kits and ciphertexts between parties and only accepts allow-listed classes.
-Every class here reduces to itself plus plain ints/bytes (``__reduce__``), so the allow-list entry is
-exactly these six names.  Ciphertexts travel as plain residues mod n² (never Montgomery form, which
-depends on the limb width), and a received ``PK`` computes on the *receiving* party's backend.
+Pickling: FATE pickles kits and ciphertexts between parties and only accepts allow-listed names.
+``FV``, ``EV``, ``PK`` and ``Coder`` reduce to a validating function of this module plus plain
+ints/bytes (``_rebuild_fv``, ``_rebuild_ev``, ``_rebuild_pk``, ``_rebuild_coder``), so the
+allow-list holds those four functions and ``evaluator``, never a class a pickle could instantiate
+without its constructor (NEWOBJ + BUILD) and never ``SK``: a private key is refused on receipt,
+and FATE's federation pickler refuses to send one (:mod:`unifl.fate.register`).  Every field of a
+received object is checked whatever its container: scales are integers in [0, 2^15]
+(``MAX_RECEIVED_SCALE``), values and moduli integers below 2^8192, residues below their modulus,
+sizes and limb widths within the largest key's.  Ciphertexts travel as plain residues mod n²
+(never Montgomery form, which depends on the limb width), and a received ``PK`` computes on the
+*receiving* party's backend.
 """
 
 from __future__ import annotations
@@ -92,28 +99,97 @@ def _public_key(n: int) -> paillier.PublicKey:
         return key
 
 
-#: largest scale accepted from bytes (unpickling: another party's vector).  Encoding makes scales
-#: in [0, MAX_SCALE] and each product adds two, so honest chains stay far below; a scale from
-#: outside becomes a shift (2^d for the lift E(v)^(2^d), v >> e on decoding), so 2^40 would have
-#: this party allocate 128 GiB.  Negative scales are never made here and are refused too.
+#: largest scale a vector may carry (a peer's included).  Encoding makes scales in [0, MAX_SCALE]
+#: and each product adds two, so honest chains stay far below; a scale from outside becomes a
+#: shift (2^d for the lift E(v)^(2^d), v >> e on decoding), so 2^40 would have this party allocate
+#: 128 GiB.  Negative scales are never made here and are refused too.
 MAX_RECEIVED_SCALE = 1 << 15
+#: largest magnitude (bits) of a plaintext, residue or modulus: the largest key's n
+MAX_VALUE_BITS = paillier.MAX_KEY_BITS
+#: widest ciphertext row: n² of the largest key, in 64-bit limbs
+MAX_LIMBS = 2 * paillier.MAX_KEY_BITS // 64
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _count(x: Any, what: str) -> int:
+    """A size or width: a non-negative int (not a bool, a float or a string)."""
+    if not _is_int(x) or int(x) < 0:
+        raise SerializationError(f"{what} must be a non-negative integer, got {type(x).__name__}")
+    return int(x)
 
 
 def _exps(x: Any, size: int) -> np.ndarray:
-    """Per-element scales as a fresh int64 array of ``size``; bytes (from a peer) are checked."""
+    """Per-element scales as a fresh int64 array of ``size``, each an integer in [0,
+    MAX_RECEIVED_SCALE]: the same rule for every container a peer can send (int64 bytes, a list
+    or tuple of ints, an integer array), checked before anything is built from them."""
     if isinstance(x, (bytes, bytearray)):
-        if len(x) % _I64.itemsize:
-            raise SerializationError(f"{len(x)} scale bytes do not form int64 scales")
+        if len(x) != size * _I64.itemsize:
+            raise SerializationError(f"{len(x)} scale bytes for {size} values")
         out = np.frombuffer(x, dtype=_I64).astype(np.int64)
-        bad = (out > MAX_RECEIVED_SCALE) | (out < 0)
-        if bad.any():
-            raise SerializationError(f"received scale 2^-{int(out[np.argmax(bad)])} is outside "
+    elif isinstance(x, np.ndarray):
+        if x.dtype.kind not in "iu" or x.size != size:
+            raise SerializationError(f"scales must be {size} integers, got a {x.dtype} array of "
+                                     f"{x.size}")
+        if x.dtype.kind == "u" and size and int(x.max()) > MAX_RECEIVED_SCALE:
+            raise SerializationError(f"a scale of 2^-{int(x.max())} is outside "
                                      f"[0, {MAX_RECEIVED_SCALE}] bits")
+        out = x.reshape(-1).astype(np.int64)
+    elif isinstance(x, (list, tuple)):
+        if len(x) != size or not all(_is_int(v) for v in x):
+            raise SerializationError(f"scales must be {size} integers")
+        outside = [int(v) for v in x if not 0 <= int(v) <= MAX_RECEIVED_SCALE]
+        if outside:       # before numpy sees them: 2^70 would not even fit an int64
+            raise SerializationError(f"a scale of 2^-{outside[0]} is outside "
+                                     f"[0, {MAX_RECEIVED_SCALE}] bits")
+        out = np.array([int(v) for v in x], dtype=np.int64)
     else:
-        out = np.asarray(x, dtype=np.int64).reshape(-1).copy()
-    if out.shape != (size,):
-        raise OperandError(f"{size} values but {out.shape[0]} scales")
+        raise SerializationError(f"scales must be int64 bytes, a list, a tuple or an integer "
+                                 f"array, got {type(x).__name__}")
+    outside_mask = (out > MAX_RECEIVED_SCALE) | (out < 0)
+    if outside_mask.any():
+        raise SerializationError(f"a scale of 2^-{int(out[np.argmax(outside_mask)])} is outside "
+                                 f"[0, {MAX_RECEIVED_SCALE}] bits")
     return out
+
+
+def _values(values: Any, modulus: Optional[int]) -> list[int]:
+    """Plaintext values as Python ints, each below 2^MAX_VALUE_BITS in magnitude and, with a
+    modulus, a residue in [0, modulus)."""
+    if isinstance(values, (str, bytes, bytearray)) or not hasattr(values, "__iter__"):
+        raise SerializationError(f"values must be a sequence of integers, got "
+                                 f"{type(values).__name__}")
+    out = []
+    for v in values:
+        if not _is_int(v):
+            raise SerializationError(f"a value must be an integer, got {type(v).__name__}")
+        v = int(v)
+        if v.bit_length() > MAX_VALUE_BITS:
+            raise SerializationError(f"a value of {v.bit_length()} bits exceeds the largest "
+                                     f"key's {MAX_VALUE_BITS}")
+        if modulus is not None and not 0 <= v < modulus:
+            raise SerializationError("a residue is outside [0, its modulus)")
+        out.append(v)
+    return out
+
+
+def _modulus(m: Any) -> Optional[int]:
+    if m is None:
+        return None
+    if not _is_int(m) or int(m) < 3 or int(m) % 2 == 0 or int(m).bit_length() > MAX_VALUE_BITS:
+        shown = m if _is_int(m) and int(m).bit_length() < 64 else type(m).__name__
+        raise SerializationError(f"a modulus must be an odd integer in (1, 2^{MAX_VALUE_BITS}), "
+                                 f"got {shown}")
+    return int(m)
+
+
+def _no_state(obj: Any, state: Any) -> None:
+    """``__setstate__`` of the kit classes: an object only ever comes from its constructor (a
+    pickle that builds one and then sets its fields directly is refused)."""
+    raise SerializationError(f"a {type(obj).__name__} is made by its constructor only, not from "
+                             "state set directly into it (a forged pickle)")
 
 
 # ---------------------------------------------------------------------------------- containers
@@ -124,12 +200,14 @@ class FV:
     __slots__ = ("values", "exps", "modulus")
 
     def __init__(self, values: Sequence[int], exps: Any, modulus: Optional[int] = None) -> None:
-        self.values = [int(v) for v in values]
+        self.modulus = _modulus(modulus)
+        self.values = _values(values, self.modulus)
         self.exps = _exps(exps, len(self.values))
-        self.modulus = None if modulus is None else int(modulus)
 
-    def __reduce__(self) -> tuple[type[FV], tuple[tuple[int, ...], bytes, Optional[int]]]:
-        return FV, (tuple(self.values), self.exps.astype(_I64).tobytes(), self.modulus)
+    def __reduce__(self) -> tuple[Any, tuple[tuple[int, ...], bytes, Optional[int]]]:
+        return _rebuild_fv, (tuple(self.values), self.exps.astype(_I64).tobytes(), self.modulus)
+
+    __setstate__ = _no_state
 
     def __len__(self) -> int:
         return len(self.values)
@@ -177,29 +255,36 @@ class EV:
             self._batch = data
             self._size = data.size
         elif data is None:
-            self._size = int(size or 0)
+            self._size = _count(size or 0, "the size of a trivial-zero vector")
         else:
             if isinstance(data, (bytes, bytearray)):
-                if not isinstance(num_limbs, int) or num_limbs < 1 or len(data) % (8 * num_limbs):
-                    raise SerializationError(f"{len(data)} ciphertext bytes do not form limbs of "
-                                             f"width {num_limbs!r}")
-                data = np.frombuffer(data, dtype="<u8").reshape(-1, num_limbs)
+                width = _count(num_limbs, "the limb width")
+                if not 1 <= width <= MAX_LIMBS or len(data) % (8 * width):
+                    raise SerializationError(f"{len(data)} ciphertext bytes do not form rows of "
+                                             f"1..{MAX_LIMBS} limbs (width {width})")
+                data = np.frombuffer(data, dtype="<u8").reshape(-1, width)
+            elif not isinstance(data, np.ndarray) or data.dtype != np.uint64:
+                raise SerializationError("ciphertexts must be limb bytes or a uint64 array, got "
+                                         f"{type(data).__name__}")
             wire = np.array(data, dtype=np.uint64)   # our own copy: nobody else can change it
-            if wire.ndim != 2:
-                raise SerializationError(f"ciphertext limbs of shape {wire.shape} are not (N, L)")
+            if wire.ndim != 2 or not 1 <= wire.shape[1] <= MAX_LIMBS:
+                raise SerializationError(f"ciphertext limbs of shape {wire.shape} are not (N, L) "
+                                         f"with L <= {MAX_LIMBS}")
             self._wire = wire
             self._size = wire.shape[0]
         self.exps = _exps(exps, self._size)
 
-    def __reduce__(self) -> tuple[type[EV], tuple[Optional[bytes], bytes, int, Optional[int]]]:
+    def __reduce__(self) -> tuple[Any, tuple[Optional[bytes], bytes, int, Optional[int]]]:
         if self._batch is not None:     # plain residues: the wire form is independent of R
             plain = self._batch.ciphertexts()
         elif self._wire is not None:
             plain = self._wire
         else:
-            return EV, (None, self.exps.astype(_I64).tobytes(), self._size, None)
-        return EV, (np.ascontiguousarray(plain, dtype="<u8").tobytes(),
-                    self.exps.astype(_I64).tobytes(), self._size, plain.shape[1])
+            return _rebuild_ev, (None, self.exps.astype(_I64).tobytes(), self._size, None)
+        return _rebuild_ev, (np.ascontiguousarray(plain, dtype="<u8").tobytes(),
+                             self.exps.astype(_I64).tobytes(), self._size, plain.shape[1])
+
+    __setstate__ = _no_state
 
     def __len__(self) -> int:
         return self._size
@@ -288,6 +373,8 @@ class PK:
     """Public key n (g = n + 1).  Pickles as n alone; computes on this party's backend."""
 
     def __init__(self, n: int, owner: Optional[paillier.PrivateKey] = None) -> None:
+        if not _is_int(n):
+            raise SerializationError(f"a public key's n must be an integer, got {type(n).__name__}")
         self.n = int(n)
         self.key = _public_key(self.n)
         self.ctx = self.key.nsquare_ctx
@@ -295,8 +382,10 @@ class PK:
         # the key owner's CRT path.  Never pickled: a PK sent to a peer reduces to n alone.
         self._owner = owner
 
-    def __reduce__(self) -> tuple[type[PK], tuple[int]]:
-        return PK, (self.n,)
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return _rebuild_pk, (self.n,)
+
+    __setstate__ = _no_state
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PK) and other.n == self.n
@@ -326,7 +415,11 @@ class SK:
         self.key = paillier.PrivateKey(p, q)
 
     def __reduce__(self) -> tuple[type[SK], tuple[int, int]]:
+        # for FATE's computing engine inside this party (tasks of one job); never accepted from
+        # another party (not on the federation allow-list) nor sent to one (register.py)
         return SK, (self.key.p, self.key.q)
+
+    __setstate__ = _no_state
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<unifl SK for {self.key.public_key.bits}-bit n>"
@@ -381,8 +474,10 @@ _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.b
 class Coder:
     """Fixed-point encoder/decoder (see the module docstring); stateless."""
 
-    def __reduce__(self) -> tuple[type[Coder], tuple[()]]:
-        return Coder, ()
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _rebuild_coder, ()
+
+    __setstate__ = _no_state
 
     # -- vectors
     def encode_f64_vec(self, vec: Any) -> FV:
@@ -890,3 +985,22 @@ class evaluator:
             step = acc.take(live).lift(shift).add(batch.take(starts[live] + pos))
             acc = step if len(live) == len(starts) else acc.put(live, step)
         return EV(acc, np.zeros(len(starts), np.int64))
+
+
+# ---------------------------------------------------------------------------------- unpickling
+# What a pickled kit object calls on the receiving side: the allow-list names these functions,
+# not the classes, so a pickle cannot make an object without its checking constructor.
+def _rebuild_fv(values: Any, exps: Any, modulus: Any) -> FV:
+    return FV(values, exps, modulus)
+
+
+def _rebuild_ev(data: Any, exps: Any, size: Any, num_limbs: Any) -> EV:
+    return EV(data, exps, size, num_limbs)
+
+
+def _rebuild_pk(n: Any) -> PK:
+    return PK(n)
+
+
+def _rebuild_coder() -> Coder:
+    return Coder()

@@ -23,6 +23,7 @@ from .. import mod_op
 from ..core.backend import Backend
 from ..base_op import from_limbs, mont_context
 from ..core.errors import OperandError, SignatureError, WeakKeyError
+from . import exposure
 from ._util import resolve_backend
 from .primes import check_prime_pair, random_below, random_prime
 
@@ -144,6 +145,7 @@ class PrivateKey:
         self.dp, self.dq = self.d % (p - 1), self.d % (q - 1)
         self.q_inverse = int(gmpy2.invert(q, p))
         self.p_ctx, self.q_ctx = mont_context(p), mont_context(q)
+        exposure.watch(self, p * q, p, q, e)     # see unifl.phe_sdk.exposure
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<rsa.PrivateKey for {self.public_key!r}>"

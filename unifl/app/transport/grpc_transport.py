@@ -14,9 +14,16 @@ Guarantees:
 * **No silent loss.**  A gap in a sender's sequence numbers is a :class:`SequenceError` at both ends.
 * **No hangs.**  Every ``recv`` has a deadline (:class:`PeerTimeout` naming peer, address and tag);
   every ``send`` retries only until its deadline (:class:`PeerUnavailable`).  A peer that closes
-  sends a goodbye, after which waiting for it is :class:`PeerClosed` at once; a peer that was
-  killed or cut off by a network partition stops answering the liveness pings sent while waiting
-  for it (:class:`PeerUnavailable` after ``liveness_s``, however long ``timeout_s`` is).
+  sends a goodbye, after which waiting for it is :class:`PeerClosed` at once.
+* **A dead or cut-off peer within ``liveness_s``.**  A background thread pings every configured
+  peer every ``liveness_s``/4 s, whatever the party is doing (computing, sending, receiving).  A
+  peer that has answered before (a message, an acknowledgement or a ping) and then answers nothing
+  for ``liveness_s`` s, with at least two pings in a row failed -- refused (its process is gone)
+  or unanswered (frozen, or the network between us partitioned) -- is :class:`PeerUnavailable`:
+  a ``recv`` or ``send`` waiting for it ends at most about a quarter of a second after that, and
+  one that starts later ends at once, however long ``timeout_s`` is.  A ping times out after
+  max(``liveness_s``/4, min(1 s, ``liveness_s``/2)), so two failures fit in ``liveness_s``; a
+  peer that never answered anything (not started yet) is waited for until ``timeout_s``.
 * **Named refusals.**  Another protocol version (:class:`ProtocolVersionError`), another job id
   (:class:`JobMismatchError`), an unparsable or corrupted envelope (:class:`MalformedMessageError`),
   an oversized message (:class:`MessageTooLarge`): the sender gets the error from the Ack, and the
@@ -74,8 +81,13 @@ BYE_TAG = "__bye__"           # control message: the sender closed its transport
 PING_TAG = "__ping__"         # control message (seq 0, never queued): is the peer's process alive?
 HELLO_TAG = "__hello__"       # control message (seq 0, never queued): the receiver's session nonce
 DEFAULT_MAX_QUEUED_MESSAGES = 4096
-#: a ping not answered within this is a failed ping (at least; liveness_s / 2 when longer)
+#: a ping not answered within this is a failed ping (at most liveness_s / 2, at least liveness_s /
+#: 4: two failed pings then fit into liveness_s)
 MIN_PING_TIMEOUT_S = 1.0
+#: a waiting recv or send looks at the peer's liveness at least this often (seconds)
+LIVENESS_WAKE_S = 0.25
+#: reconnect back-off cap (ms): a peer that starts late is reached within a second of starting
+MAX_RECONNECT_BACKOFF_MS = 1000
 ENVELOPE_OVERHEAD = 64 * 1024  # room for the envelope's header fields above the payload limit
 #: refusals logged per window, the rest only counted: anyone who can reach the port can send
 #: refused envelopes, and each must not cost a log line (flooding the party's log)
@@ -135,9 +147,9 @@ class GrpcTransport:
         tls: ``TlsFiles`` (or an object with cert/key/ca) for mutual TLS; None = plaintext.
         max_message_mb: largest payload sent or accepted.
         timeout_s: default receive timeout, and the deadline of one send (with its retries).
-        liveness_s: while waiting, a peer seen alive before is pinged; one whose pings have all
-            failed (refused or unanswered) for this long has stopped or is cut off
-            (PeerUnavailable without waiting out the timeout).
+        liveness_s: a peer that answered before and has answered nothing for this long (its
+            pings refused or unanswered, two at least) has stopped or is cut off: PeerUnavailable
+            for every wait on it, without waiting out the timeout.
         max_queued_mb: bytes (MiB) one peer may have waiting in this party's queues
             (None: 16 x ``max_message_mb``).
         max_queued_messages: messages one peer may have waiting in this party's queues.
@@ -191,10 +203,16 @@ class GrpcTransport:
         self._send_locks: dict[str, threading.Lock] = {}
         self._channels: dict[str, tuple[grpc.Channel, DeliverStub]] = {}
         self._chan_lock = threading.Lock()
-        #: a peer seen alive (a message went through) whose pings then fail for ``liveness_s``
-        #: has stopped: recv says so at once instead of waiting out its timeout
+        #: a peer that answered before and then answers nothing for ``liveness_s`` has stopped or
+        #: is cut off: every wait on it says so instead of waiting out its timeout
         self.liveness_s = float(liveness_s)
-        self._seen_alive: set[str] = set()
+        if not self.liveness_s > 0:
+            raise ConfigError(f"{role}: liveness_s must be positive, got {liveness_s!r}")
+        self._ping_period = self.liveness_s / 4
+        self._ping_timeout = max(self._ping_period, min(MIN_PING_TIMEOUT_S, self.liveness_s / 2))
+        self._contact: dict[str, float] = {}     # peer -> monotonic time of its latest answer
+        self._failed_pings: dict[str, int] = {}  # peer -> pings failed in a row since then
+        self._pinging: set[str] = set()          # peers with a ping in flight
         self._closed = False
         self._log_lock = threading.Lock()
         self._log_window = (time.monotonic(), 0, 0)    # (start, logged, suppressed) of refusals
@@ -220,6 +238,9 @@ class GrpcTransport:
             raise PeerUnavailable(f"{role}: cannot listen on {listen} (address in use?)")
         self.address = f"{listen.rsplit(':', 1)[0]}:{port}"
         self._server.start()
+        self._monitor = threading.Thread(target=self._watch_peers, daemon=True,
+                                         name=f"unifl-{role}-liveness")
+        self._monitor.start()
 
     @property
     def mutually_authenticated(self) -> bool:
@@ -237,12 +258,19 @@ class GrpcTransport:
 
     def _grpc_options(self) -> list[tuple[str, int | str]]:
         limit = self.max_bytes + ENVELOPE_OVERHEAD
-        return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+        return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit),
+                ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+                ("grpc.initial_reconnect_backoff_ms", min(MAX_RECONNECT_BACKOFF_MS, 200))]
 
     def add_peer(self, role: str, address: str) -> None:
         """Tell this transport where peer ``role`` listens (before the first message to it)."""
         self._check_plaintext(f"address of peer {role}", address)
-        self.peers[role] = address
+        with self._chan_lock:
+            if self.peers.get(role) != address:      # a channel to the old address goes
+                old = self._channels.pop(role, None)
+                if old is not None:
+                    old[0].close()
+            self.peers[role] = address
 
     # ---- server side
     def _ack(self, seq: int = 0, **fields: Any) -> bytes:
@@ -367,7 +395,10 @@ class GrpcTransport:
                     self._last_seq.pop((sender, bound), None)
                 self._bound[sender] = env.session
             self._last_seq[key] = env.seq
-            self._seen_alive.add(sender)
+            # a message of its own proves the sender alive (its pings to us do not count: a
+            # one-way partition must still end our waits on it)
+            self._contact[sender] = time.monotonic()
+            self._failed_pings[sender] = 0
             if env.tag == BYE_TAG:
                 self._closed_peers.add(sender)
             else:
@@ -398,6 +429,8 @@ class GrpcTransport:
 
     def _stub_locked(self, dst: str) -> DeliverStub:
         if dst not in self._channels:
+            if self._closed:
+                raise TransportError(f"{self.role}: transport closed")
             addr = self.peers.get(dst)
             if addr is None:
                 raise TransportError(f"{self.role}: no address for peer {dst!r} "
@@ -454,7 +487,6 @@ class GrpcTransport:
                            peer_session=nonce).SerializeToString()
             self._call(stub, env, dst, tag, deadline, timeout)
         with self._cond:
-            self._seen_alive.add(dst)
             if tag != BYE_TAG:
                 self.stats["bytes_sent"] += len(data)
                 self.stats["messages_sent"] += 1
@@ -463,16 +495,28 @@ class GrpcTransport:
     def _call(self, stub: DeliverStub, env: bytes, dst: str, tag: str, deadline: float,
               timeout: float) -> AckMessage:
         """One envelope to ``dst``, retried on transient failures until ``deadline``; its Ack,
-        or the refusal it carries raised as the matching named error."""
+        or the refusal it carries raised as the matching named error.  A peer found unavailable
+        meanwhile (module docstring) ends the call at once."""
         delay, attempt, last_err = 0.05, 0, "no attempt"
         while True:
+            self._raise_if_unavailable(dst, f"sending [{tag}] to {dst}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PeerUnavailable(
                     f"{self.role} -> {dst} ({self.peers.get(dst)}) [{tag}]: not delivered "
                     f"within {timeout:g} s after {attempt} attempt(s): {last_err}")
+            call = stub.future(env, timeout=min(left, max(5.0, timeout / 4)), wait_for_ready=True)
             try:
-                raw = stub(env, timeout=min(left, max(5.0, timeout / 4)), wait_for_ready=True)
+                while True:
+                    try:
+                        raw = call.result(timeout=LIVENESS_WAKE_S)
+                        break
+                    except grpc.FutureTimeoutError:
+                        try:
+                            self._raise_if_unavailable(dst, f"sending [{tag}] to {dst}")
+                        except PeerUnavailable:
+                            call.cancel()
+                            raise
                 break
             except grpc.RpcError as exc:
                 code = exc.code()
@@ -487,6 +531,7 @@ class GrpcTransport:
                     self.stats["retries"] += 1
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 1.0)
+        self._heard_from(dst)
         ack = _parse_ack(raw, self.role, dst)
         if ack.error_code:
             try:
@@ -501,21 +546,16 @@ class GrpcTransport:
 
     def recv(self, src: str, tag: str, timeout: float | None = None) -> bytes:
         """The next message from ``src`` under ``tag``; waits at most ``timeout`` seconds
-        (default: ``timeout_s``), then :class:`PeerTimeout` naming the peer and the tag.  While
-        waiting for a peer seen alive before, it is pinged every ``liveness_s``/2 s.  When its
-        pings have failed -- refused (process gone) or unanswered (process frozen, network
-        partitioned) -- at least twice in a row and for ``liveness_s`` s, :class:`PeerUnavailable`
-        at once; one slow ping on a busy machine is not enough."""
+        (default: ``timeout_s``), then :class:`PeerTimeout` naming the peer and the tag.  A peer
+        that answered before and has answered nothing for ``liveness_s`` (module docstring) is
+        :class:`PeerUnavailable` at once, however long the timeout."""
         timeout = self.timeout_s if timeout is None else float(timeout)
         t0 = time.perf_counter()
         deadline = time.monotonic() + timeout
-        next_ping = time.monotonic() + self.liveness_s / 2
-        failing_since: float | None = None
-        failures = 0
         key = (src, tag)
         try:
-            while True:
-                with self._cond:
+            with self._cond:
+                while True:
                     q = self._queues.get(key)
                     if q:
                         data = q.popleft()
@@ -534,51 +574,101 @@ class GrpcTransport:
                     if self._closed:
                         raise TransportError(f"{self.role}: transport closed while waiting for "
                                              f"[{tag}] from {src}")
+                    silent = self._silent_for(src)
+                    if silent is not None:
+                        raise self._unavailable(src, f"waiting for [{tag}] from {src}", silent)
                     now = time.monotonic()
                     if now >= deadline:
                         raise PeerTimeout(f"{self.role}: no message [{tag}] from {src} "
                                           f"({self.peers.get(src, 'no address')}) within "
                                           f"{timeout:g} s (peer stopped, stuck or unreachable)")
-                    ping_due = (now >= next_ping and src in self._seen_alive
-                                and src in self.peers)
-                    if not ping_due:
-                        self._cond.wait(min(deadline - now, max(next_ping - now, 0.05), 1.0))
-                        continue
-                # outside the lock: the server threads keep delivering meanwhile
-                started = time.monotonic()
-                next_ping = started + self.liveness_s / 2
-                if self._ping(src):
-                    failing_since, failures = None, 0
-                    continue
-                failing_since = started if failing_since is None else failing_since
-                failures += 1
-                if failures >= 2 and time.monotonic() - failing_since >= self.liveness_s:
-                    raise PeerUnavailable(
-                        f"{self.role}: waiting for [{tag}] from {src}, but {src} "
-                        f"({self.peers.get(src)}) stopped answering for "
-                        f"{time.monotonic() - failing_since:.1f} s (liveness_s "
-                        f"{self.liveness_s:g}: its party stopped or crashed, or the network "
-                        "between us is partitioned)")
+                    self._cond.wait(min(deadline - now, LIVENESS_WAKE_S))
         finally:
             with self._cond:
                 self.stats["seconds_waiting"] += time.perf_counter() - t0
 
-    def _ping(self, dst: str) -> bool:
-        """True when ``dst``'s process answers a liveness probe within the ping timeout; False
-        when the connection is refused (nothing listens any more) or no answer comes (frozen
-        process, partitioned network).  ``recv`` needs a sustained run of False, not one."""
+    # ---- liveness
+    def _heard_from(self, peer: str) -> None:
+        """``peer`` answered one of our calls (an Ack): it is alive and reachable now."""
+        with self._cond:
+            self._contact[peer] = time.monotonic()
+            self._failed_pings[peer] = 0
+
+    def _silent_for(self, peer: str) -> float | None:
+        """Seconds since ``peer``'s latest answer when that makes it unavailable (it answered
+        before, at least two pings in a row failed since, and ``liveness_s`` has passed); else
+        None.  Called with ``self._cond`` held."""
+        last = self._contact.get(peer)
+        if last is None or self._failed_pings.get(peer, 0) < 2:
+            return None
+        silent = time.monotonic() - last
+        return silent if silent >= self.liveness_s else None
+
+    def _unavailable(self, peer: str, doing: str, silent: float) -> PeerUnavailable:
+        return PeerUnavailable(
+            f"{self.role}: {doing}, but {peer} ({self.peers.get(peer)}) has answered nothing for "
+            f"{silent:.1f} s (liveness_s {self.liveness_s:g}: its party stopped or crashed, or "
+            "the network between us is partitioned)")
+
+    def _raise_if_unavailable(self, peer: str, doing: str) -> None:
+        with self._cond:
+            silent = self._silent_for(peer)
+        if silent is not None:
+            raise self._unavailable(peer, doing, silent)
+
+    def _watch_peers(self) -> None:
+        """The liveness thread: a ping to every configured peer every ``liveness_s``/4 s (one at
+        a time per peer), until the transport closes."""
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                due = [p for p in self.peers if p not in self._pinging
+                       and p not in self._closed_peers]
+                self._pinging.update(due)
+            for peer in due:
+                self._ping(peer)
+            next_round = time.monotonic() + self._ping_period
+            with self._cond:
+                while not self._closed and (left := next_round - time.monotonic()) > 0:
+                    self._cond.wait(left)      # woken by every delivery: wait out the period
+
+    def _ping(self, dst: str) -> None:
+        """Send a liveness probe to ``dst`` without waiting for it: an answer is contact; a
+        refused connection (nothing listens any more) or no answer within the ping timeout
+        (frozen process, partitioned network) is a failed ping.  Any answer other than
+        "unreachable" or "no answer in time" came from a live process."""
         env = Envelope(protocol_version=self.protocol_version, job_id=self.job_id,
                        sender=self.role, receiver=dst, tag=PING_TAG, session=self.session,
                        seq=0).SerializeToString()
+
+        def done(call: Any) -> None:
+            alive: bool | None      # None: nothing to conclude
+            try:
+                call.result()
+                alive = True
+            except grpc.RpcError as exc:
+                code = exc.code()
+                alive = (None if code == grpc.StatusCode.CANCELLED else   # channel replaced
+                         code not in (grpc.StatusCode.UNAVAILABLE,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED))
+            except Exception:  # noqa: BLE001 -- cancelled at close: nothing to conclude
+                alive = None
+            with self._cond:
+                self._pinging.discard(dst)
+                if alive:
+                    self._contact[dst] = time.monotonic()
+                    self._failed_pings[dst] = 0
+                elif alive is False:
+                    self._failed_pings[dst] = self._failed_pings.get(dst, 0) + 1
+                self._cond.notify_all()
+
         try:
-            self._stub(dst)(env, timeout=max(self.liveness_s / 2, MIN_PING_TIMEOUT_S))
-            return True
-        except grpc.RpcError as exc:
-            # any answer other than "unreachable" / "no answer in time" came from a live process
-            return exc.code() not in (grpc.StatusCode.UNAVAILABLE,
-                                      grpc.StatusCode.DEADLINE_EXCEEDED)
-        except TransportError:
-            return True          # no address to ping: nothing to conclude, the timeout decides
+            self._stub(dst).future(env, timeout=self._ping_timeout).add_done_callback(done)
+        except (TransportError, ValueError, RuntimeError):
+            # no address, or the channel closed under us: nothing to conclude
+            with self._cond:
+                self._pinging.discard(dst)
 
     def close(self) -> None:
         """Say goodbye to the peers (best effort), stop the server, close the channels."""

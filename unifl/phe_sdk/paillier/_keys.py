@@ -23,6 +23,7 @@ from ...core.contract import Limbs
 from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.limbs import less_than
 from ...core.errors import InvalidCiphertextError, KeyMismatchError, OperandError, WeakKeyError
+from .. import exposure
 from .._util import resolve_backend
 from ..primes import check_prime_pair, random_below, random_prime
 from ._encryption import decrypt_limbs, encrypt_limbs
@@ -235,6 +236,10 @@ class PrivateKey:
             # draw obfuscation factors with half-length exponents (see paillier_encrypt_owner)
             half_exponent_obfuscation=math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1)
         self._material_lock = threading.Lock()
+        # while this key lives, no message the codec or the FATE plug-in sends may carry its
+        # secrets, in any form the guard knows (unifl.phe_sdk.exposure)
+        exposure.watch(self, n, p, q, extra=(self._material.hp, self._material.hq,
+                                             self._material.psquare_inverse))
 
     @property
     def material(self) -> PaillierPrivateMaterial:

@@ -30,6 +30,38 @@ log = logging.getLogger("unifl.scheduler.ray")
 RAY_VERSION = "2.60.0"
 
 
+#: Ray's own TLS switch and files (read by every Ray process of the cluster from its environment)
+TLS_VARIABLES = {"cert": "RAY_TLS_SERVER_CERT", "key": "RAY_TLS_SERVER_KEY", "ca": "RAY_TLS_CA_CERT"}
+
+
+def tls_environment(section: Any) -> dict[str, str]:
+    """The environment that turns Ray's TLS on for ``section.tls`` (cert, key, ca files, each
+    checked readable): ``RAY_USE_TLS=1`` and the three file variables.  ConfigError naming the
+    field of a file that cannot be read."""
+    tls = section.tls
+    env = {"RAY_USE_TLS": "1"}
+    for field_name, var in TLS_VARIABLES.items():
+        path = str(getattr(tls, field_name))
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"ray.tls.{field_name} {path!r} cannot be read: {exc}") from None
+        env[var] = path
+    return env
+
+
+def use_tls(section: Any) -> None:
+    """Turn Ray's TLS on in this process for ``section.tls`` before it joins a cluster; a process
+    that already joined one without TLS cannot switch (ConfigError)."""
+    env = tls_environment(section)
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized() and any(
+            os.environ.get(k) != v for k, v in env.items()):
+        raise ConfigError("ray.tls: this process already joined a Ray cluster without these TLS "
+                          "settings; start the party in a fresh process")
+    os.environ.update(env)
+
+
 def import_ray() -> ModuleType:
     """The ``ray`` module, or BackendUnavailable saying how to install it."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

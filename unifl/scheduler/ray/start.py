@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ...configs.schema import is_loopback_address
 from ...core.errors import BackendUnavailable, ConfigError
 from ..select import local_chain
 from ..selection import Selection
 from .backend import RayBackend
-from .cluster import Connection, connect, import_ray, release
+from .cluster import Connection, connect, import_ray, release, use_tls
 from .proxy import RayWorkerProxy
 from .shipping import Shipper
 from .worker import PartyWorker
@@ -123,6 +124,20 @@ def start_workers(cfg: PartyConfig, conn: Connection
     return started, events
 
 
+def _check_key_stays_local_or_safe(section: RaySection, conn: Connection) -> None:
+    """The load-time rule (schema: ``private_key_ops: workers`` off the loopback needs ``tls`` or
+    ``insecure``) once more on the cluster actually joined: a local instance that Ray could not
+    keep on the loopback (imported earlier with another setting), or a cluster the embedding
+    program joined, listens on the network."""
+    if section.private_key_ops != "workers" or section.tls is not None or section.insecure:
+        return
+    if not is_loopback_address(conn.gcs_address):
+        raise ConfigError(
+            f"ray.private_key_ops: workers would ship the private key (p and q) to workers of the "
+            f"Ray cluster at {conn.gcs_address}, which is off the loopback, without TLS; "
+            "configure ray.tls, keep private_key_ops: local, or, knowingly, ray.insecure: true")
+
+
 def _free(ray: Any) -> dict[str, float]:
     try:
         return {k: v for k, v in ray.available_resources().items()
@@ -139,8 +154,14 @@ def ray_backend(cfg: PartyConfig) -> RayBackend:
         ConfigError: no cluster at ``ray.address``, or this process drives another cluster.
     """
     section = _section(cfg)
+    warning = section.insecure_warning()
+    if warning:
+        log.warning("party %s: %s", cfg.party, warning)
+    if section.tls is not None:
+        use_tls(section)
     conn = connect(section.address, section.start_timeout_s)
     try:
+        _check_key_stays_local_or_safe(section, conn)
         started, events = start_workers(cfg, conn)
         where = section.address or f"a local Ray instance ({conn.gcs_address})"
         if not started:
