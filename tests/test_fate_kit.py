@@ -226,15 +226,18 @@ def test_he_param_accepts_unifl():
 
 
 def test_components_are_fate_builtins_under_unifl_names():
-    """The entry-point components (setup.py) are FATE's built-ins renamed, same stages."""
-    import re
+    """The entry-point components (pyproject.toml's fate.ext.component_desc group) are FATE's
+    built-ins renamed, same stages."""
+    import os
+    import tomllib
 
     from fate.components.components import coordinated_lr, hetero_secureboost
 
     from unifl.fate import components
-    setup_py = open(__import__("os").path.join(__import__("os").path.dirname(__file__), "..",
-                                               "setup.py")).read()
-    names = re.findall(r'"(unifl_[a-z_]+)"', setup_py)
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        group = tomllib.load(f)["project"]["entry-points"]["fate.ext.component_desc"]
+    assert all(target == f"unifl.fate.components:{name}" for name, target in group.items())
+    names = list(group)
     assert set(names) == {"unifl_coordinated_lr", "unifl_coordinated_linr",
                           "unifl_hetero_secureboost"}
     for name in names:
@@ -588,3 +591,20 @@ def test_documented_limit_a_table_travels_by_reference_unscanned(keys):
                    for v in fed.pushed)
     with pytest.raises(PrivateKeyExposure):
         fate_push({"gh": Table([]), "sk": sk})
+
+
+def test_no_ciphertext_leaves_the_kit_unobfuscated(keys):
+    """FATE 2.2's coordinated LR encrypts its per-row shares with obfuscate=False (its tensor
+    encryptor drops the flag for distributed tensors), and 1 + m·n is its own plaintext: our kit
+    obfuscates every encryption, whatever the flag says."""
+    sk, pk, coder = keys[0]
+    x = torch.tensor([3.0, -1.5, 0.25, 7.0, 0.0])
+    ev = pk.encrypt_encoded(coder.encode_tensor(x), obfuscate=False)
+    again = pk.encrypt_encoded(coder.encode_tensor(x), obfuscate=False)
+    wire, _, size, width = ev.__reduce__()[1]
+    cts = [from_limbs(row[None, :])[0] for row in
+           np.frombuffer(wire, dtype="<u8").reshape(size, width)]
+    # c = 1 + m·n is 1 mod n; an obfuscated c is r^n mod n
+    assert all(c % pk.n != 1 for c in cts), "an unobfuscated ciphertext left the kit"
+    assert wire != again.__reduce__()[1][0]
+    np.testing.assert_allclose(dec(keys[0], ev).numpy(), x.numpy())

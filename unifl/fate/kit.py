@@ -27,8 +27,13 @@ Representation
 * Homomorphic rules (all mod n²): E(a)·E(b) = E(a+b); E(a)·(1 + b·n) = E(a+b); E(a)^k = E(k·a)
   (k < 0 uses E(a)^-1, never n - |k|); adding values of different scales first lifts the
   coarser one: a ciphertext by E(v)^(2^d) = E(v·2^d), a plaintext by an exact shift.
-  ``encrypt_encoded(obfuscate=False)`` is the deterministic 1 + m·n, as in FATE's own kit (used
-  for plaintext operands); ``obfuscate=True`` multiplies by a fresh r^n.
+  ``encrypt_encoded`` always multiplies by a fresh r^n, whatever ``obfuscate`` says: a ciphertext
+  1 + m·n is its own plaintext ((c − 1)/n = m), and FATE 2.2 sends ciphertexts made with
+  ``obfuscate=False`` to its peers.  Its coordinated LR asks for obfuscation of the guest's
+  per-row share and the host's Xw_h, but ``PHETensorEncryptor.encrypt_encoded``
+  (fate/arch/tensor/phe/_keypair.py) drops the flag for a distributed tensor, so every shard is
+  encrypted with the default ``obfuscate=False`` (fate/arch/tensor/distributed/_ops_cipher.py):
+  with FATE's own kit the host reads every label in the first epoch.  Our kit never emits one.
 * Bounds: FATE's kit contract carries none (and its packed layouts use plaintexts up to n/2 on
   purpose), so batches here are untracked: plaintexts must be below n in magnitude, and an
   overflow shows on decoding, as with FATE's own kit.
@@ -397,11 +402,11 @@ class PK:
         return f"<unifl PK {self.key.bits} bits>"
 
     def encrypt_encoded(self, vec: FV, obfuscate: bool) -> EV:
-        """E(v) for each encoded value; ``obfuscate=False`` gives the deterministic 1 + m·n."""
+        """E(v) = (1 + v·n)·r^n for each encoded value, with a fresh r^n whatever ``obfuscate``
+        says (FATE's flag is accepted for its interface only: see the module docstring)."""
         ints = vec.values if vec.modulus in (None, self.n) else vec.signed()
         batch = CiphertextBatch.encrypt(self.key, ints, party.current_backend(),
-                                        obfuscate=bool(obfuscate), tracked=False,
-                                        private_key=self._owner if obfuscate else None)
+                                        obfuscate=True, tracked=False, private_key=self._owner)
         return EV(batch, vec.exps)
 
     def encrypt_encoded_scalar(self, val: FV, obfuscate: bool) -> EV:

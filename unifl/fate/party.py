@@ -36,6 +36,7 @@ from ..configs import PartyConfig, load_party, validate
 from ..core.backend import Backend
 from ..core.errors import ConfigError
 from ..scheduler import backend_from_config
+from ..scheduler.selection import Selection
 
 _lock = threading.Lock()
 _chosen: Backend | None = None
@@ -111,7 +112,7 @@ def write_report() -> None:
     if not folder or backend is None:
         return
     rows = getattr(backend, "report", None)
-    record = {"pid": os.getpid(), "selection": getattr(backend, "selection", {}),
+    record = {"pid": os.getpid(), "selection": _selection_of(backend),
               "report": list(rows()) if callable(rows) else []}
     path = os.path.join(folder, f"unifl-report-{os.getpid()}.json")
     try:
@@ -122,10 +123,15 @@ def write_report() -> None:
         json.dump(record, f, default=str)
 
 
+def _selection_of(backend: Backend) -> dict[str, Any]:
+    sel = getattr(backend, "selection", None)
+    return sel.as_dict() if isinstance(sel, Selection) else {}
+
+
 def selection() -> dict[str, Any]:
     """What the scheduler chose for this party and why (requested, chosen, fallback events,
     devices, runtime fallbacks)."""
-    return dict(getattr(current_backend(), "selection", {}))
+    return _selection_of(current_backend())
 
 
 def report() -> list[dict[str, Any]]:
