@@ -9,7 +9,7 @@ exponentiation on the device (one launch).  Here the device is PoCL on the host 
 numbers measure the host runtime and the kernel's code on a CPU, not an FPGA; every fpga row says so.
 
 The RTL estimate at the end is *not* a measurement: cycles per MontMult are the interval of
-rtl/unifl_mm_engine.v (bench/fpga_estimate.py; tests/test_fpga_rtl.py checks the formula against
+rtl/unifl_mm_engine.v (tools/fpga/estimate.py; tests/test_fpga_rtl.py checks the formula against
 the cocotb simulation), scaled to the stated clock and the engine count that yosys synthesis
 supports on a VU13P (250 MHz; 297 engines, DSP-bound, after a 25 % shell reserve: docs/fpga.md).
 """
@@ -33,8 +33,7 @@ from unifl.bench import measure  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402
 from unifl.phe_sdk.paillier import encrypt_limbs  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fpga_estimate import interval_cycles  # noqa: E402
+from tools.fpga.estimate import interval_cycles  # noqa: E402
 
 
 #: engines per VU13P after a 25 % shell reserve, from yosys synthesis (DSP-bound at 31 DSP48E2

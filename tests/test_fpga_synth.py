@@ -1,4 +1,4 @@
-"""yosys synthesis of the RTL MontMult engine (rtl/unifl_mm_engine.v) through bench/fpga_synth.py.
+"""yosys synthesis of the RTL MontMult engine (rtl/unifl_mm_engine.v) through tools.fpga.synth.
 
 One synthesis (UltraScale+, ``synth_xilinx -family xcup``, 1024 bits: W = 64, D = 16) is shared by
 the module.  The tests hold the engine to its resource targets per 1024-bit engine -- at most 40
@@ -22,11 +22,9 @@ from typing import Any
 
 import pytest
 
-from .rtl_sim import ROOT, bench_module, engine_interval, icarus_runner
+from tools.fpga import synth
 
-
-
-synth = bench_module("fpga_synth")
+from .rtl_sim import ROOT, engine_interval, icarus_runner
 
 # Measured here with Debian's yosys 0.23 (0.23-6) on the engine as it stands; update them (and
 # docs/fpga.md) when the engine changes.

@@ -265,7 +265,7 @@ module unifl_vitis_montmul #(
     unifl_mm_cluster #(.W(W), .D(D), .N(N)) cluster (
         .clk(ap_clk), .rst_n(rst_n_q),
         .cfg_valid(cl_cfg_valid), .cfg_ready(cl_cfg_ready), .cfg_data(cl_cfg_data),
-        .in_valid(cl_in_valid), .in_ready(cl_in_ready), .in_a(cl_in_a), .in_b(cl_in_b),
+        .in_valid(cl_in_valid), .in_ready(cl_in_ready), .in_a(cl_in_a), .in_b(cl_in_b), .in_mb(1'b0),
         .out_valid(cl_out_valid), .out_ready(cl_out_ready), .out_z(cl_out_z),
         .out_last(cl_out_last), .idle(cl_idle));
 
