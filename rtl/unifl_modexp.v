@@ -273,7 +273,7 @@ module unifl_modexp_lane #(
         .in_valid(iss_v), .in_ready(e_in_ready), .in_a(rd_a), .in_b(e_in_b), .in_mb(iss_mb),
         .out_valid(e_out_valid), .out_ready(col), .out_z(e_out_z), .out_last(e_out_last),
         .idle(e_idle));
-    assign cfg_rdy = cfg_eng ? e_cfg_ready : (mst == M_IDLE);
+    assign cfg_rdy = cfg_eng ? e_cfg_ready : (mst == M_IDLE) && !col_w;
 
     // slots with a MontMult in the engine, in issue order (results return in that order)
     reg  [SW-1:0] fq [0:S-1];
@@ -287,7 +287,8 @@ module unifl_modexp_lane #(
     reg  [SW-1:0] ls;            // slot being loaded (slots taken in turn)
     reg  [JW:0]   lj;
     reg  [JW:0]   l_ew;          // exponent words of the job being loaded
-    wire          port_a_free = (mst == M_IDLE);
+    reg           col_w;         // a collected result word waits one cycle to be written
+    wire          port_a_free = (mst == M_IDLE) && !col_w;
     wire [JW:0]   hdr_ew = ((in_data[31:16] * K) + W - 1) / W;
     assign in_ready = rst_n && ((lst == L_HDR) ? !act[ls] && !dn[ls]
                               : (lst == L_EW) ? 1'b1 : port_a_free);
@@ -366,17 +367,21 @@ module unifl_modexp_lane #(
     end
 
     // ---------------------------------------------------------------- port multiplexing
-    reg [W:0] inc_sum;
-    reg       inc_c;                 // carry of the +1 written with G
+    // a collected word is registered, then written with the +1 of G carried across the words
+    // (the adder's carry chain has a cycle of its own)
+    reg [W-1:0]  col_z;
+    reg [AW-1:0] col_a;
+    reg          col_inc, col_first;
+    reg          inc_c;
+    wire [W:0]   inc_sum = {1'b0, col_z} + {{W{1'b0}}, col_inc & (col_first | inc_c)};
     always @(*) begin
         we_a = 1'b0;
         addr_a = {oa, mj};
         addr_b = {ob, mj};
         wd_a = in_data;
-        inc_sum = {1'b0, e_out_z} + {{W{1'b0}}, inc_c & o_inc};
-        if (mst == M_COL) begin
+        if (col_w) begin
             we_a = 1'b1;
-            addr_a = {od, mj};
+            addr_a = col_a;
             wd_a = inc_sum[W-1:0];
         end else if (mst == M_IDLE) begin
             if (cfg_v && !cfg_eng) begin
@@ -401,7 +406,7 @@ module unifl_modexp_lane #(
     always @(posedge clk) begin
         if (!rst_n) begin
             mst <= M_IDLE;  mj <= 0;  ms <= 0;  rr <= 0;  fq_n <= 0;
-            iss_v <= 1'b0;
+            iss_v <= 1'b0;  col_w <= 1'b0;
             lst <= L_HDR;  ls <= 0;  lj <= 0;
             us <= 0;  uj <= 0;  u_rv <= 1'b0;  of_n <= 0;  of_r <= 0;  of_w <= 0;
             for (z = 0; z < S; z = z + 1) begin
@@ -410,13 +415,19 @@ module unifl_modexp_lane #(
         end else begin
             // ---- issue and collect
             iss_v <= (mst == M_ISS);
+            col_w <= col;
+            col_z <= e_out_z;
+            col_a <= {od, mj};
+            col_inc <= o_inc;
+            col_first <= (mj == 0);
+            if (col_w) inc_c <= inc_sum[W];
             iss_one <= o_one;
             iss_j0 <= (mj == 0);
             iss_mb <= s_ctx[ms];
             case (mst)
                 M_IDLE:
                     if (start_col) begin
-                        mst <= M_COL;  mj <= 0;  ms <= fq[0];  inc_c <= 1'b1;
+                        mst <= M_COL;  mj <= 0;  ms <= fq[0];
                     end else if (start_iss) begin
                         mst <= M_ISS;  mj <= 0;  ms <= i_s;
                     end
@@ -431,7 +442,6 @@ module unifl_modexp_lane #(
                     end
                 end
                 default: begin   // M_COL
-                    inc_c <= inc_sum[W];
                     mj <= mj + 1'b1;
                     if (mj == D - 1) begin
                         mst <= M_IDLE;
@@ -546,7 +556,7 @@ module unifl_modexp_lane #(
         for (v = 0; v < S; v = v + 1) b = b || act[v];
     end
     assign busy = b;
-    assign idle = !b && (mst == M_IDLE) && e_idle;
+    assign idle = !b && (mst == M_IDLE) && !col_w && e_idle;
 
 `ifndef SYNTHESIS
     // MontMults issued to the engine, for the testbench's rate measurement

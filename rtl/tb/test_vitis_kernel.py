@@ -52,6 +52,7 @@ class _Burst:
     beats: int
     sent: int = 0
     due: int = 0                             # cycle from which its R data / B response may go
+    bad: bool = False                        # a write burst answered with BRESP = SLVERR
 
 
 @dataclass
@@ -71,6 +72,10 @@ class AxiMemory:
     bpending: deque = field(default_factory=deque)
     stats: dict[str, int] = field(default_factory=lambda: {"ar": 0, "aw": 0, "r": 0, "w": 0,
                                                            "b": 0, "max_len": 0, "page_cuts": 0})
+    #: word addresses whose reads answer RRESP = SLVERR (their data still come back)
+    bad_reads: set[int] = field(default_factory=set)
+    #: word addresses whose write bursts answer BRESP = SLVERR and store nothing
+    bad_writes: set[int] = field(default_factory=set)
 
     def store(self, addr: int, value: int, nwords: int) -> None:
         for j in range(nwords):
@@ -151,6 +156,7 @@ class AxiMemory:
             # W beats complete an AW burst (W may run ahead of AW): write it, queue its response
             while self.writes and len(self.wbeats) >= self.writes[0].beats:
                 wb = self.writes.popleft()
+                wb.bad = any((wb.addr // WORD + j) in self.bad_writes for j in range(wb.beats))
                 for j in range(wb.beats):
                     data, _, last = self.wbeats.popleft()
                     assert last == (j == wb.beats - 1), \
@@ -158,7 +164,8 @@ class AxiMemory:
                     addr = wb.addr + j * WORD
                     lo, hi = self.writable
                     assert lo <= addr < hi, f"write to {addr:#x} outside out [{lo:#x}, {hi:#x})"
-                    self.words[addr // WORD] = data
+                    if not wb.bad:
+                        self.words[addr // WORD] = data
                 wb.due = self.cycle + self.latency
                 self.bpending.append(wb)
             await RisingEdge(d.ap_clk)
@@ -172,13 +179,16 @@ class AxiMemory:
                     and not _chance(self.stall)
                 if rvalid:
                     head = self.reads[0]
-                    d.m_axi_gmem_RDATA.value = self.words.get(head.addr // WORD + head.sent, 0)
+                    word = head.addr // WORD + head.sent
+                    d.m_axi_gmem_RDATA.value = self.words.get(word, 0)
                     d.m_axi_gmem_RLAST.value = int(head.sent == head.beats - 1)
+                    d.m_axi_gmem_RRESP.value = 2 if word in self.bad_reads else 0
                 d.m_axi_gmem_RVALID.value = int(rvalid)
             if b_fire or not bvalid:
                 bvalid = bool(self.bpending) and self.bpending[0].due <= self.cycle \
                     and not _chance(self.stall)
                 d.m_axi_gmem_BVALID.value = int(bvalid)
+                d.m_axi_gmem_BRESP.value = 2 if bvalid and self.bpending[0].bad else 0
 
 
 # ---------------------------------------------------------------------------- AXI4-Lite master

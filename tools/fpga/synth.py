@@ -149,13 +149,20 @@ BRAM_UNITS = {"RAMB18E2": 0.5, "RAMB18E1": 0.5, "FIFO18E2": 0.5}
 # (clock-to-out + setup + the net into the end point) 0.4-0.7.
 # Cyclone 10 GX (20 nm, Arria 10 class, slowest speed grades): an ALUT with its net 0.45-0.70;
 # one bit of ALM carry 0.02-0.04; an unregistered 27x27 multiply 3.0-4.0; overhead 0.5-0.8.
+# A block RAM is a register boundary (its address / data inputs end paths, its read data start
+# them) whose read data come "bram" ns after the clock (no output register): RAMB36E2 1.2-1.8,
+# M20K 1.5-2.2 (assumed, like every weight here).
 FAST = {
-    "xcup": {"lut": 0.35, "mux": 0.05, "carry": 0.05, "dsp": 2.4, "inv": 0.0, "ff": 0.4},
-    "cyclone10gx": {"lut": 0.45, "mux": 0.05, "carry": 0.02, "dsp": 3.0, "inv": 0.0, "ff": 0.5},
+    "xcup": {"lut": 0.35, "mux": 0.05, "carry": 0.05, "dsp": 2.4, "inv": 0.0, "ff": 0.4,
+             "bram": 1.2},
+    "cyclone10gx": {"lut": 0.45, "mux": 0.05, "carry": 0.02, "dsp": 3.0, "inv": 0.0, "ff": 0.5,
+                    "bram": 1.5},
 }
 SLOW = {
-    "xcup": {"lut": 0.55, "mux": 0.10, "carry": 0.10, "dsp": 3.0, "inv": 0.0, "ff": 0.7},
-    "cyclone10gx": {"lut": 0.70, "mux": 0.10, "carry": 0.04, "dsp": 4.0, "inv": 0.0, "ff": 0.8},
+    "xcup": {"lut": 0.55, "mux": 0.10, "carry": 0.10, "dsp": 3.0, "inv": 0.0, "ff": 0.7,
+             "bram": 1.8},
+    "cyclone10gx": {"lut": 0.70, "mux": 0.10, "carry": 0.04, "dsp": 4.0, "inv": 0.0, "ff": 0.8,
+                    "bram": 2.2},
 }
 
 
@@ -274,11 +281,15 @@ def walk(netlist: dict[str, Any], fam: Family, top: str = TOP) -> dict[str, Any]
     cells = mod["cells"]
     names = list(cells)
     cls: list[str] = []
+    bram_cells: set[int] = set()
     for n in names:
         c = cells[n]
         kind = fam.classes.get(c["type"], "lut")
         if kind == "dsp" and _is_registered_dsp(c):
             kind = "ff"  # registered DSP: treated as a register boundary (coarse)
+        if kind in ("bram", "uram"):
+            bram_cells.add(len(cls))
+            kind = "ff"  # synchronous read: a boundary, its read data late by weight["bram"]
         cls.append(kind)
     driver: dict[int, int] = {}
     for i, n in enumerate(names):
@@ -356,7 +367,7 @@ def walk(netlist: dict[str, Any], fam: Family, top: str = TOP) -> dict[str, Any]
         pred = [-1] * len(names)
         for i in range(len(names)):
             if cls[i] == "ff":
-                arr[i] = 0.0
+                arr[i] = weight.get("bram", 0.0) if i in bram_cells else 0.0
         for v in order:
             best, arg = NEG, -1
             for u in fanin[v]:
