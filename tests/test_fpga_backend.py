@@ -462,3 +462,27 @@ def test_xclbin_is_launched_as_one_task(tmp_path, mode):
     else:
         assert ints.mod_exp(be, a, 65537, m) == [pow(x, 65537, m) for x in a]
     assert len(shapes) == 3 and all(s == ((1,), (1,)) for s in shapes), shapes  # 12 rows, chunk 5
+
+
+@pytest.mark.parametrize("mode", ["montmul", "modexp"])
+def test_xclbin_rows_left_unwritten_are_refused(tmp_path, mode):
+    """An .xclbin's out buffer is filled with all-ones rows before each launch and every row read
+    back must lie below m: a kernel that does not write its rows (what a failed AXI write leaves)
+    or writes all ones (what the RTL kernels write after an AXI read error) is refused with
+    FpgaDeviceError, never returned.  Stand-in: the PoCL binary with the runtime told it loaded an
+    .xclbin, and the kernel launch replaced by one that writes nothing."""
+    _fpga()
+    from unifl.backends.fpga.runtime import FpgaDeviceError, compile_binary
+    path = tmp_path / "kernels.bin"
+    compile_binary(str(path))
+    be = unifl.backend("fpga", binary=str(path), mode=mode)
+    be.runtime.binary_kind = "xclbin"
+    kernel = "montmul" if mode == "montmul" else "mont_exp"
+    be.runtime._kernels[(kernel, 16)] = lambda queue, gsz, lsz, *args: None
+    m = _modulus(1024)
+    a, b = _operands(m, 4)
+    with pytest.raises(FpgaDeviceError, match=r"of \d+ rows at or above the modulus \(first: row 0\)"):
+        if mode == "montmul":
+            ints.mont_mul(be, a, b, m)
+        else:
+            ints.mod_exp(be, a, 65537, m)

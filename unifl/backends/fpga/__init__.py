@@ -134,7 +134,7 @@ class FpgaBackend(Backend):
         """a·b·R^-1 mod m on the device, R = 2^(64·L)."""
         host_a = _host(a)
         return self.runtime.mont_mul(self._consts(ctx), ctx.n0inv, host_a,
-                                     host_a if b is a else _host(b))
+                                     host_a if b is a else _host(b), ctx.m_limbs)
 
     # ---- optional on-device ModExp (mode="modexp")
     def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
@@ -145,4 +145,4 @@ class FpgaBackend(Backend):
         w = self.window or min(window_bits(max(ebits, 1)), 6)
         return self.runtime.mont_exp(self._consts(ctx), ctx.n0inv,
                                      np.ascontiguousarray(base_mont), np.ascontiguousarray(exps),
-                                     ebits, w)
+                                     ebits, w, ctx.m_limbs)
