@@ -120,7 +120,8 @@ module unifl_mm_engine #(
     reg          cfg_done;         // a whole modulus is loaded
     reg [JW:0]   ck;               // cfg beat counter (0..D)
     reg [MBW-1:0] kb;              // modulus bank being loaded
-    reg [W-1:0]  n0 [0:NM-1];
+    // with one bank every bank index is the constant 0 (synthesis then sees no bank logic at all)
+    wire [MBW-1:0] kbs = (NM > 1) ? kb : {MBW{1'b0}};
     reg [MBW-1:0] mbk [0:1];       // modulus bank of each operand bank's MontMult
 
     // ============================================================================ control
@@ -149,6 +150,20 @@ module unifl_mm_engine #(
     wire [W-1:0] a_rd, b_rd, m1_rd, m2_rd, t_rd, ot_rd, od_rd;
     wire         ld = in_valid && in_ready;
     wire         cf = cfg_valid && cfg_ready;
+    // n0' of each bank; the q unit reads the one of the MontMult it computes q for
+    reg  [MBW-1:0] q_mb;
+    wire [W-1:0]   n0_q;
+    generate
+        if (NM > 1) begin : banks
+            reg [W-1:0] n0 [0:NM-1];
+            always @(posedge clk) if (cf && ck == D) n0[kb] <= cfg_data;
+            assign n0_q = n0[q_mb];
+        end else begin : one
+            reg [W-1:0] n0;
+            always @(posedge clk) if (cf && ck == D) n0 <= cfg_data;
+            assign n0_q = n0;
+        end
+    endgenerate
     unifl_mm_ram #(.DW(W), .AW(JW + 1)) ram_a (.clk(clk), .we(ld), .wa({wb, lj}), .wd(in_a),
         .ra({cb, t[JW-1:0]}), .rd(a_rd));
     // b is read once per iteration: b_{i+1} for the q unit and the next iteration
@@ -156,10 +171,10 @@ module unifl_mm_engine #(
     unifl_mm_ram #(.DW(W), .AW(JW + 1)) ram_b (.clk(clk), .we(ld), .wa({wb, lj}), .wd(in_b),
         .ra({cb, i1[JW-1:0]}), .rd(b_rd));
     wire          m_we = cf && (ck < D);
-    wire [MBW-1:0] mb_c = mbk[cb];          // modulus bank of the computing MontMult
+    wire [MBW-1:0] mb_c = (NM > 1) ? mbk[cb] : {MBW{1'b0}};  // bank of the computing MontMult
     reg  [MBW-1:0] x_mb;                    // ... of the words in the x stage
     // {bank, word}; with one bank the address is the word alone (the bank bit is cut off)
-    wire [MAW-1:0] m_wa  = {kb, ck[JW-1:0]};
+    wire [MAW-1:0] m_wa  = {kbs, ck[JW-1:0]};
     wire [MAW-1:0] m1_ra = {mb_c, t[JW-1:0]};
     wire [MAW-1:0] m2_ra = {x_mb, t_wa};
     unifl_mm_ram #(.DW(W), .AW(MAW)) ram_m1 (.clk(clk), .we(m_we), .wa(m_wa), .wd(cfg_data),
@@ -291,7 +306,6 @@ module unifl_mm_engine #(
     reg          qi_v, qi_s;       // issue this cycle: valid, 1 = q (0 = qa)
     reg [W-1:0]  qi_x, qi_y;
     wire [W-1:0] q_r;
-    reg  [MBW-1:0] q_mb;           // modulus bank whose n0' the next q uses
     wire         qo_v, qo_s, qn_v, qn_s, q_busy;
     unifl_mm_lowmul #(.W(W), .TA(TA), .TB(TB), .TG(1)) qmul (.clk(clk), .rst_n(rst_n),
         .x(qi_x), .y(qi_y), .r(q_r), .v_in(qi_v), .tag_in(qi_s), .v_out(qo_v), .tag_out(qo_s),
@@ -316,7 +330,7 @@ module unifl_mm_engine #(
             qi_y = qa_next ? b0[qa_bank] : b_rd;
         end else begin
             qi_x = (qz ? {W{1'b0}} : t0_reg) + qa_reg;
-            qi_y = n0[(NM > 1) ? q_mb : {MBW{1'b0}}];
+            qi_y = n0_q;
         end
     end
 
@@ -355,8 +369,8 @@ module unifl_mm_engine #(
             // ---- modulus
             if (cf) begin
                 if (ck == D) begin
-                    n0[kb] <= cfg_data;  ck <= {(JW+1){1'b0}};
-                    if (kb == NM - 1) begin
+                    ck <= {(JW+1){1'b0}};
+                    if (kbs == NM - 1) begin
                         cfg_done <= 1'b1;  kb <= {MBW{1'b0}};
                     end else begin
                         kb <= kb + 1'b1;

@@ -183,8 +183,8 @@ def test_rtl_emulation_model_as_binary(tmp_path):
     import pyopencl as cl
     from unifl.backends.fpga.runtime import kernel_dir
     be0 = _fpga()
-    src = ((ROOT / "rtl/ocl_lib/unifl_mm1024.cl").read_text() + "\n"
-           + (ROOT / "rtl/ocl_lib/montmul_rtl_kernel.cl").read_text())
+    src = "\n".join((ROOT / f"rtl/ocl_lib/{f}").read_text() for f in
+                    ("unifl_mm1024.cl", "unifl_mexp1024.cl", "montmul_rtl_kernel.cl"))
     ctx = cl.Context([be0.runtime.device])
     prog = cl.Program(ctx, src).build(options=[f"-I{kernel_dir()}"])
     path = tmp_path / "rtl_lib.bin"
@@ -486,3 +486,43 @@ def test_xclbin_rows_left_unwritten_are_refused(tmp_path, mode):
             ints.mont_mul(be, a, b, m)
         else:
             ints.mod_exp(be, a, 65537, m)
+
+
+def test_rtl_library_modexp_emulation_model_as_binary(tmp_path):
+    """rtl/ocl_lib in mode modexp: both emulation models and the kernels built on them compiled
+    into one binary and loaded as fpga.binary: mont_exp_L16 on unifl_mexp1024 (fixed 4-bit windows,
+    the RTL unit's schedule) is bit-exact with pow, and a launch with an exponent longer than the
+    unit holds (1024 bits) comes back as all-ones rows, refused with FpgaDeviceError."""
+    _fpga()
+    import pyopencl as cl
+    from unifl.backends.fpga.runtime import FpgaDeviceError, kernel_dir
+    be0 = _fpga()
+    src = "\n".join((ROOT / f"rtl/ocl_lib/{f}").read_text() for f in
+                    ("unifl_mm1024.cl", "unifl_mexp1024.cl", "montmul_rtl_kernel.cl"))
+    ctx = cl.Context([be0.runtime.device])
+    prog = cl.Program(ctx, src).build(options=[f"-I{kernel_dir()}"])
+    path = tmp_path / "rtl_lib.bin"
+    path.write_bytes(prog.get_info(cl.program_info.BINARIES)[0])
+    be = unifl.backend("fpga", binary=str(path), mode="modexp")
+    m = _modulus(1024)
+    a, _ = _operands(m, 7)
+    for e in (65537, (1 << 1024) - 1, 0, 1):
+        assert ints.mod_exp(be, a, e, m) == [pow(x, e, m) for x in a], e
+    with pytest.raises(FpgaDeviceError, match="rows at or above the modulus"):
+        ints.mod_exp(be, a[:2], 1 << 1024, m)
+
+
+def test_modexp_mode_encrypts_on_the_device():
+    """mode modexp: paillier_encrypt is native (paillier_enc_L<n>: the whole (1 + m·n)·r^n mod n²
+    in one launch, m and r in, the ciphertext out, the kernel the RTL encryption mirrors) and
+    bit-exact with cpu, edge plaintexts (0, n-1) and r = 1 included; mode montmul composes it."""
+    from unifl.phe_sdk.paillier import encrypt_limbs, keygen
+    be = _fpga(mode="modexp")
+    assert be.implements("paillier_encrypt") and not _fpga().implements("paillier_encrypt")
+    pk, _sk = keygen(1024)
+    n = pk.n
+    ms = [0, n - 1, 1] + [int.from_bytes(os.urandom(130), "little") % n for _ in range(5)]
+    rs = [1, n - 1, 2] + [int.from_bytes(os.urandom(130), "little") % (n - 1) + 1 for _ in range(5)]
+    got = pk.raw_encrypt(ms, backend=be, r_values=rs)
+    want = pk.raw_encrypt(ms, backend="cpu", r_values=rs)
+    assert got == want == [(1 + m * n) * pow(r, n, n * n) % (n * n) for m, r in zip(ms, rs)]

@@ -1,4 +1,6 @@
-/* The BASE OP kernel for 1024-bit moduli built on the RTL library function unifl_mm1024 (each call
+/* The kernels of the RTL library: montmul_L16 on unifl_mm1024 and mont_exp_L16 on unifl_mexp1024.
+ *
+ * The BASE OP kernel for 1024-bit moduli built on the RTL library function unifl_mm1024 (each call
  * is one hand-off to the library's cluster of MontMult engines; the modulus is the same for every
  * call of a launch, so the library loads it once).  Same name and arguments as montmul_L16 in
  * montmul.cl, so a binary compiled from this file (aoc -l unifl_rtl.aoclib montmul_rtl_kernel.cl)
@@ -13,4 +15,29 @@ __kernel void montmul_L16(__global const ulong *restrict a, __global const ulong
     const uint stride = (uint)get_global_size(0);
     for (uint i = (uint)get_global_id(0); i < n; i += stride)
         vstore16(unifl_mm1024(vload16(i, a), vload16(i, b), m, n0), i, out);
+}
+
+/* The whole exponentiation on the RTL unit, a drop-in for mont_exp_L16 of montmul.cl (mode
+ * modexp): same name and arguments; out[i] = x̄_i^e_i in the Montgomery domain.  The unit's table
+ * lives on chip, so scratch is not used, and its windows are fixed at 4 bits, so w is not either
+ * (the result does not depend on them).  The unit holds exponents of up to 1024 bits: a launch
+ * with more (ebits > 1024) writes all-ones rows, above any m, which the host refuses. */
+ulong16 unifl_mexp1024(ulong16 x, ulong16 e, ulong16 m, ulong16 r_mod, ulong n0, uint ebits);
+
+__kernel void mont_exp_L16(__global const ulong *restrict base, __global const ulong *restrict exps,
+                           __global ulong *restrict out, __global ulong *restrict scratch,
+                           __constant const ulong *consts, const ulong n0, const uint n,
+                           const uint le, const uint e_stride, const uint ebits, const uint w)
+{
+    const ulong16 m = vload16(0, consts);
+    const ulong16 r_mod = vload16(1, consts);
+    const uint stride = (uint)get_global_size(0);
+    for (uint i = (uint)get_global_id(0); i < n; i += stride) {
+        ulong ew[16];
+        for (uint j = 0; j < 16; ++j)
+            ew[j] = j < le ? exps[(size_t)i * e_stride + j] : 0;
+        const ulong16 res = ebits > 1024 ? (ulong16)(~(ulong)0)
+                          : unifl_mexp1024(vload16(i, base), vload16(0, ew), m, r_mod, n0, ebits);
+        vstore16(res, i, out);
+    }
 }

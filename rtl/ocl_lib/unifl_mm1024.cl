@@ -3,11 +3,14 @@
  * fpga backend's own word-serial CIOS (montmul.cl compiled with L = 16 and UNIFL_MM_ONLY), so the
  * RTL, the emulation model and the software reference are three implementations of one function
  * that the tests compare bit for bit.  Build with -I <repo>/unifl/backends/fpga/kernels. */
+#ifndef UNIFL_MM_L16_DEFINED
+#define UNIFL_MM_L16_DEFINED
 #define L 16
 #define UNIFL_MM_ONLY
 #include "montmul.cl"
 #undef UNIFL_MM_ONLY
 #undef L
+#endif
 
 ulong16 unifl_mm1024(ulong16 a, ulong16 b, ulong16 m, ulong n0)
 {
