@@ -76,8 +76,20 @@ def test_vitis_modexp_kernel(tmp_path: Path) -> None:
     256 bits with two engines: per-row and shared exponents bit-exact, and the three error paths
     (RRESP, BRESP, an exponent too long) each set their status bit and poison or keep the rows."""
     total, _ = _simulate(tmp_path, "unifl_vitis_modexp", 2, {"UNIFL_TB_BITS": "256"},
-                         module="test_vitis_modexp", params={"D": 4, "NE": 2})
+                         module="test_vitis_modexp", params={"D": 4, "NE": 2},
+                         testcase=["modexp_rows", "memory_errors_surface"])
     assert total == 2
+
+
+@pytest.mark.rtl
+def test_vitis_paillier_enc_kernel(tmp_path: Path) -> None:
+    """The paillier_enc kernel's logic (unifl_vitis_modexp with ENC = 1) at 256 bits: m and r rows
+    of n's words in, (1 + m·n)·r^n·R mod n² out, bit-exact (n of 32 bits keeps it short)."""
+    total, _ = _simulate(tmp_path, "unifl_vitis_modexp", 2,
+                         {"UNIFL_TB_BITS": "256", "UNIFL_TB_ENC": "1", "UNIFL_TB_NBITS": "32"},
+                         module="test_vitis_modexp", params={"D": 4, "NE": 2, "ENC": 1},
+                         testcase=["paillier_encryption"])
+    assert total == 1
 
 
 @pytest.mark.slow
@@ -85,7 +97,8 @@ def test_vitis_modexp_kernel(tmp_path: Path) -> None:
 def test_vitis_modexp_kernel_1024(tmp_path: Path) -> None:
     """mont_exp_L16 itself (1024 bits, two engines), every test of the bench."""
     total, _ = _simulate(tmp_path, "mont_exp_L16", 2, {"UNIFL_TB_BITS": "1024"},
-                         module="test_vitis_modexp")
+                         module="test_vitis_modexp",
+                         testcase=["modexp_rows", "memory_errors_surface"])
     assert total == 2
 
 
@@ -102,29 +115,40 @@ def _opencl_args(kernel: str) -> list[tuple[str, str, bool]]:
     return out
 
 
-def test_modexp_kernel_xml_matches_opencl_signature_and_register_map() -> None:
-    """kernel_modexp.xml against montmul.cl's mont_exp (names, order, pointer or scalar, width),
-    the offsets modexp_kernel.v decodes and the testbench drives."""
+@pytest.mark.parametrize("kernel,xml_file,tops", [
+    ("mont_exp", "kernel_modexp.xml", "mont_exp_L16"),
+    ("paillier_enc", "kernel_paillier_enc.xml", "paillier_enc_L32"),
+])
+def test_modexp_kernel_xml_matches_opencl_signature_and_register_map(kernel: str, xml_file: str,
+                                                                     tops: str) -> None:
+    """kernel_modexp.xml / kernel_paillier_enc.xml against montmul.cl's mont_exp / paillier_enc
+    (names, order, pointer or scalar, width), the offsets modexp_kernel.v decodes for ENC = 0 / 1
+    and the testbench drives."""
     import re
     import xml.etree.ElementTree as ET
 
-    kernel = ET.parse(RTL / "xilinx" / "kernel_modexp.xml").getroot().find("kernel")
-    assert kernel is not None and kernel.get("name") == "mont_exp_L16"
+    k = ET.parse(RTL / "xilinx" / xml_file).getroot().find("kernel")
+    assert k is not None and k.get("name") == tops
     args = [(a.get("name"), a.get("type"), a.get("addressQualifier"), int(a.get("offset"), 16),
-             int(a.get("size"), 16), a.get("port")) for a in kernel.iter("arg")]
-    cl_args = _opencl_args("mont_exp")
+             int(a.get("size"), 16), a.get("port")) for a in k.iter("arg")]
+    cl_args = _opencl_args(kernel)
     assert [a[0] for a in args] == [c[0] for c in cl_args], (args, cl_args)
     for (name, typ, qual, _off, size, port), (_n, ctype, pointer) in zip(args, cl_args):
         assert typ == ctype + ("*" if pointer else ""), (name, typ, ctype)
         assert (qual == "1") == pointer and port == ("m_axi_gmem" if pointer else "s_axi_control")
         assert size == (8 if pointer or ctype == "ulong" else 4), (name, size)
+    enc = kernel == "paillier_enc"
     verilog = (RTL / "xilinx" / "modexp_kernel.v").read_text()
-    regs = {k: int(v, 16) for k, v in re.findall(r"(A_\w+) = 12'h([0-9A-Fa-f]+)", verilog)}
+    regs = {}
+    for name, a, b in re.findall(r"(A_\w+)\s*=\s*ENC \? 12'h([0-9A-F]+) : 12'h([0-9A-F]+)", verilog):
+        regs[name] = int(a if enc else b, 16)
+    for name, v in re.findall(r"(A_\w+)\s*=\s*12'h([0-9A-Fa-f]+)", verilog):
+        regs.setdefault(name, int(v, 16))
     low = {"base": "A_X_LO", "exps": "A_E_LO", "out": "A_O_LO", "scratch": "A_S_LO",
            "consts": "A_C_LO", "n0": "A_N0_LO", "n": "A_N", "le": "A_LE", "e_stride": "A_ES",
-           "ebits": "A_EB", "w": "A_W"}
+           "ebits": "A_EB", "w": "A_W", "msg": "A_M_LO", "rnd": "A_X_LO", "nexp": "A_E_LO"}
     for name, _t, _q, off, size, _p in args:
-        assert regs[low[name]] == off, (name, off)
+        assert regs[low[name]] == off, (name, off, regs[low[name]])
         if size == 8:
             assert regs[low[name].replace("_LO", "_HI")] == off + 4, name
     tb_text = (RTL / "tb" / "test_vitis_modexp.py").read_text()

@@ -123,3 +123,47 @@ async def memory_errors_surface(dut):
     rows, err, _ = await launch(dut, mem, lite, cycles, m, bases[:1], [3], -(-too_long // 64),
                                 True, too_long)
     assert err == 4 and rows == [ones], (err, rows)
+
+
+ENC_ARGS = {"msg": 0x10, "rnd": 0x18, "nexp": 0x20, "out": 0x28, "scratch": 0x30, "consts": 0x38,
+            "n0": 0x40, "n": 0x48, "le": 0x50, "ebits": 0x58, "w": 0x60}
+
+
+@cocotb.test(timeout_time=60, timeout_unit="ms")
+async def paillier_encryption(dut):
+    """paillier_enc (ENC = 1): (1 + m·n)·r^n·R mod n² for m = 0 with r = 1, m = n-1 with r = n-1
+    and random rows, n of UNIFL_TB_NBITS bits (n² fits the kernel's D words); bit-exact."""
+    if int(os.environ.get("UNIFL_TB_ENC", "0")) != 1:
+        return
+    d = _d()
+    radix = 1 << (64 * d)
+    mem, lite, cycles = await _setup(dut)
+    nbits = int(os.environ.get("UNIFL_TB_NBITS", str(32 * d)))
+    n = (1 << (nbits - 1)) | secrets.randbits(nbits - 1) | 1
+    nsq = n * n
+    le = -(-nbits // 64)
+    ctx = mont_context(nsq)
+    rows = [(0, 1), (n - 1, n - 1), (secrets.randbelow(n), secrets.randbelow(n - 1) + 1)]
+    m_b, r_b, e_b, o_b, c_b, s_b = (_base() for _ in range(6))
+    fill = radix - 1
+    for i, (m, r) in enumerate(rows):
+        mem.store(m_b + i * le * WORD, m, le)
+        mem.store(r_b + i * le * WORD, r, le)
+        mem.store(o_b + i * d * WORD, fill, d)
+    mem.store(e_b, n, le)
+    for k, v in enumerate((nsq, radix % nsq, radix * radix % nsq, n * radix % nsq)):
+        mem.store(c_b + k * d * WORD, v, d)
+    mem.writable = (o_b, o_b + len(rows) * d * WORD)
+    for name, val in (("msg", m_b), ("rnd", r_b), ("nexp", e_b), ("out", o_b), ("scratch", s_b),
+                      ("consts", c_b), ("n0", ctx.n0inv)):
+        await lite.write64(ENC_ARGS[name], val)
+    for name, val in (("n", len(rows)), ("le", le), ("ebits", n.bit_length()), ("w", 6)):
+        await lite.write(ENC_ARGS[name], val)
+    await lite.write(CTRL, AP_START)
+    while not (await lite.read(CTRL)) & AP_DONE:
+        pass
+    assert await lite.read(STATUS) == 0
+    for i, (m, r) in enumerate(rows):
+        got = mem.load(o_b + i * d * WORD, d)
+        want = (1 + m * n) * pow(r, n, nsq) % nsq * radix % nsq
+        assert got == want, f"row {i}: m={m:#x} r={r:#x} got {got:#x} want {want:#x}"

@@ -1,6 +1,8 @@
-// Vitis RTL kernel around the exponentiation unit (rtl/unifl_modexp.v): the same name and argument
-// list as the OpenCL kernel mont_exp_L<n> of unifl/backends/fpga/kernels/montmul.cl (mode modexp),
-// so the fpga backend's host code launches it from an .xclbin unchanged:
+// Vitis RTL kernels around the exponentiation unit (rtl/unifl_modexp.v): the same names and argument
+// lists as the OpenCL kernels mont_exp_L<n> and paillier_enc_L<n> of
+// unifl/backends/fpga/kernels/montmul.cl (mode modexp), so the fpga backend's host code launches
+// them from an .xclbin unchanged.  One module, unifl_vitis_modexp, with ENC = 0 (mont_exp) or 1
+// (paillier_enc):
 //
 //   mont_exp_L<D>(const ulong *base, const ulong *exps, ulong *out, ulong *scratch,
 //                 const ulong *consts, ulong n0, uint n, uint le, uint e_stride, uint ebits, uint w)
@@ -11,6 +13,15 @@
 //   choice) and scratch (the OpenCL kernel's table) are accepted and not used -- the table lives
 //   in the unit's block RAM.  Results are the same whatever the window: x^e R mod m, below m.
 //   A base at or above m is reduced on entry (any value below 2^(64 D) is accepted).
+//
+//   paillier_enc_L<D>(const ulong *msg, const ulong *rnd, const ulong *nexp, ulong *out,
+//                     ulong *scratch, const ulong *consts, ulong n0, uint n, uint le, uint ebits,
+//                     uint w)
+//   out[i] = (1 + msg_i n) rnd_i^n R mod n^2 (Montgomery form), msg_i, rnd_i rows of le words
+//   (< n), nexp = n (le words, ebits bits), consts = [n^2, R mod n^2, R^2 mod n^2, n R mod n^2]
+//   (D words each): the unit's ENC job, m and r in, the ciphertext out.
+//   Registers: 0x10 msg, 0x18 rnd, 0x20 nexp, 0x28 out, 0x30 scratch, 0x38 consts, 0x40 n0,
+//   0x48 n, 0x50 le, 0x58 ebits, 0x60 w, 0x68 status.
 //
 // Interfaces and control: as montmul_kernel.v (ap_ctrl_hs, AXI4-Lite slave, one 64-bit AXI4
 // master); registers 0x10 base, 0x18 exps, 0x20 out, 0x28 scratch, 0x30 consts (64-bit
@@ -36,6 +47,7 @@ module unifl_vitis_modexp #(
     parameter integer D = 16,                    // 64-bit words per operand (16: 1024-bit, 32: 2048)
     parameter integer NE = 2,                    // engines in the unit
     parameter integer K = 4,                     // window bits of the unit
+    parameter integer ENC = 0,                   // 0: mont_exp_L<D>, 1: paillier_enc_L<D>
     parameter integer FIFO_DEPTH = 512,
     parameter integer MAX_BURST = 256,
     parameter integer C_S_AXI_CONTROL_ADDR_WIDTH = 12,
@@ -102,16 +114,22 @@ module unifl_vitis_modexp #(
     always @(posedge ap_clk) rst_n_q <= ap_rst_n;
 
     // ---------------------------------------------------------------- AXI4-Lite control slave
+    // the two argument lists (an address of 0xFxx: no such argument in this kernel)
     localparam [11:0] A_CTRL = 12'h00, A_GIE = 12'h04, A_IER = 12'h08, A_ISR = 12'h0C,
-                      A_X_LO = 12'h10, A_X_HI = 12'h14, A_E_LO = 12'h18, A_E_HI = 12'h1C,
-                      A_O_LO = 12'h20, A_O_HI = 12'h24, A_S_LO = 12'h28, A_S_HI = 12'h2C,
-                      A_C_LO = 12'h30, A_C_HI = 12'h34, A_N0_LO = 12'h38, A_N0_HI = 12'h3C,
-                      A_N = 12'h40, A_LE = 12'h48, A_ES = 12'h50, A_EB = 12'h58, A_W = 12'h60,
+                      A_M_LO  = ENC ? 12'h10 : 12'hF00, A_M_HI  = ENC ? 12'h14 : 12'hF04,
+                      A_X_LO  = ENC ? 12'h18 : 12'h10,  A_X_HI  = ENC ? 12'h1C : 12'h14,
+                      A_E_LO  = ENC ? 12'h20 : 12'h18,  A_E_HI  = ENC ? 12'h24 : 12'h1C,
+                      A_O_LO  = ENC ? 12'h28 : 12'h20,  A_O_HI  = ENC ? 12'h2C : 12'h24,
+                      A_S_LO  = ENC ? 12'h30 : 12'h28,  A_S_HI  = ENC ? 12'h34 : 12'h2C,
+                      A_C_LO  = ENC ? 12'h38 : 12'h30,  A_C_HI  = ENC ? 12'h3C : 12'h34,
+                      A_N0_LO = ENC ? 12'h40 : 12'h38,  A_N0_HI = ENC ? 12'h44 : 12'h3C,
+                      A_N     = ENC ? 12'h48 : 12'h40,  A_LE    = ENC ? 12'h50 : 12'h48,
+                      A_ES    = ENC ? 12'hF08 : 12'h50, A_EB    = 12'h58, A_W = 12'h60,
                       A_STATUS = 12'h68;
 
     reg        reg_start, reg_done, reg_ready, reg_gie;
     reg [1:0]  reg_ier, reg_isr;
-    reg [63:0] arg_x, arg_e, arg_out, arg_s, arg_consts, arg_n0;
+    reg [63:0] arg_m, arg_x, arg_e, arg_out, arg_s, arg_consts, arg_n0;
     reg [31:0] arg_n, arg_le, arg_es, arg_eb, arg_w;
     reg [2:0]  status;             // sticky: 0 RRESP error, 1 BRESP error, 2 exponent too long
     wire       run_idle;           // the data path has no run in progress
@@ -155,7 +173,7 @@ module unifl_vitis_modexp #(
             reg_gie    <= 1'b0;
             reg_ier    <= 2'b00;
             reg_isr    <= 2'b00;
-            arg_x <= 64'd0; arg_e <= 64'd0; arg_out <= 64'd0; arg_s <= 64'd0;
+            arg_m <= 64'd0; arg_x <= 64'd0; arg_e <= 64'd0; arg_out <= 64'd0; arg_s <= 64'd0;
             arg_consts <= 64'd0; arg_n0 <= 64'd0; arg_n <= 32'd0; arg_le <= 32'd0;
             arg_es <= 32'd0; arg_eb <= 32'd0; arg_w <= 32'd0;
         end else begin
@@ -166,6 +184,8 @@ module unifl_vitis_modexp #(
                     A_CTRL:  if (s_axi_control_WSTRB[0] && s_axi_control_WDATA[0]) reg_start <= 1'b1;
                     A_GIE:   if (s_axi_control_WSTRB[0]) reg_gie <= s_axi_control_WDATA[0];
                     A_IER:   if (s_axi_control_WSTRB[0]) reg_ier <= s_axi_control_WDATA[1:0];
+                    A_M_LO:  arg_m[31:0]       <= merge(arg_m[31:0], s_axi_control_WDATA, s_axi_control_WSTRB);
+                    A_M_HI:  arg_m[63:32]      <= merge(arg_m[63:32], s_axi_control_WDATA, s_axi_control_WSTRB);
                     A_X_LO:  arg_x[31:0]       <= merge(arg_x[31:0], s_axi_control_WDATA, s_axi_control_WSTRB);
                     A_X_HI:  arg_x[63:32]      <= merge(arg_x[63:32], s_axi_control_WDATA, s_axi_control_WSTRB);
                     A_E_LO:  arg_e[31:0]       <= merge(arg_e[31:0], s_axi_control_WDATA, s_axi_control_WSTRB);
@@ -197,6 +217,8 @@ module unifl_vitis_modexp #(
                     A_GIE:   ctl_rdata <= {31'd0, reg_gie};
                     A_IER:   ctl_rdata <= {30'd0, reg_ier};
                     A_ISR:   ctl_rdata <= {30'd0, reg_isr};
+                    A_M_LO:  ctl_rdata <= arg_m[31:0];
+                    A_M_HI:  ctl_rdata <= arg_m[63:32];
                     A_X_LO:  ctl_rdata <= arg_x[31:0];
                     A_X_HI:  ctl_rdata <= arg_x[63:32];
                     A_E_LO:  ctl_rdata <= arg_e[31:0];
@@ -247,6 +269,9 @@ module unifl_vitis_modexp #(
     reg  [31:0] run_n;
     reg  [15:0] nwin;
     reg  [JW:0] ewj, ewr;          // exponent words per job; of them read from memory
+    reg  [JW:0] xr;                // words of an x (and m) row read from memory: D, or le for ENC
+    reg  [63:0] run_x, run_m, run_e;  // the arguments of the run (copied at ap_start)
+    reg  [31:0] run_es;
     reg         poison;
     assign run_idle       = (state == S_IDLE);
     assign run_take_start = (state == S_IDLE) && reg_start;
@@ -273,8 +298,8 @@ module unifl_vitis_modexp #(
 
     // ---------------------------------------------------------------- read requests
     // the list: consts (2D words), then per row: base (D words), exponent (ewr words)
-    localparam [1:0] Q_C = 2'd0, Q_X = 2'd1, Q_E = 2'd2, Q_END = 2'd3;
-    reg  [1:0]  q_kind;
+    localparam [2:0] Q_C = 3'd0, Q_X = 3'd1, Q_M = 3'd2, Q_E = 3'd3, Q_END = 3'd4;
+    reg  [2:0]  q_kind;
     reg  [63:0] q_addr;
     reg  [15:0] q_left;                              // words of the request not yet asked for
     reg  [31:0] q_row;
@@ -309,18 +334,20 @@ module unifl_vitis_modexp #(
     // cfg: M (D, read), n0' (made), R mod M (D, read), R^2 and n R (2D zeros: unused by MODEXP
     // jobs with Montgomery entry and exit); then per row: header, base (D, read), exponent
     // (ewr, read), zeros up to ewj
-    localparam [2:0] F_M = 3'd0, F_N0 = 3'd1, F_RM = 3'd2, F_Z = 3'd3, F_HDR = 3'd4, F_X = 3'd5,
-                     F_E = 3'd6, F_P = 3'd7;
-    reg  [2:0]  f_ph;
+    localparam [3:0] F_M = 4'd0, F_N0 = 4'd1, F_RM = 4'd2, F_Z = 4'd3, F_HDR = 4'd4, F_X = 4'd5,
+                     F_E = 4'd6, F_P = 4'd7, F_XP = 4'd8, F_MW = 4'd9, F_MP = 4'd10;
+    reg  [3:0]  f_ph;
     reg  [15:0] f_j;
     reg  [31:0] f_row;
     reg         f_on;                                // rows left to feed
     wire        f_cfg = (f_ph <= F_Z);
-    wire        f_read = (f_ph == F_M || f_ph == F_RM || f_ph == F_X || f_ph == F_E);
+    // ENC reads all four constants; MODEXP sends zeros for R^2 and n R
+    wire        f_read = (f_ph == F_M || f_ph == F_RM || f_ph == F_X || f_ph == F_E
+                          || f_ph == F_MW || (f_ph == F_Z && ENC));
     wire        f_have = f_read ? r_have : 1'b1;
     wire [W-1:0] f_word = f_read ? r_head
                         : (f_ph == F_N0) ? run_n0
-                        : (f_ph == F_HDR) ? {32'd0, nwin, 16'd0}
+                        : (f_ph == F_HDR) ? {32'd0, nwin, 12'd0, ENC ? 4'd5 : 4'd0}  // ENC: plain r in
                         : {W{1'b0}};
     assign u_cfg_valid = (state == S_RUN) && f_on && f_cfg && f_have;
     assign u_in_valid  = (state == S_RUN) && f_on && !f_cfg && f_have;
@@ -329,7 +356,9 @@ module unifl_vitis_modexp #(
     wire f_take = (u_cfg_valid && u_cfg_ready) || (u_in_valid && u_in_ready);
     assign pop_r = f_take && f_read;
     // the length of the current feeder phase
-    wire [15:0] f_len = (f_ph == F_M || f_ph == F_RM || f_ph == F_X) ? D
+    wire [15:0] f_len = (f_ph == F_M || f_ph == F_RM) ? D
+                      : (f_ph == F_X || f_ph == F_MW) ? {{(15-JW){1'b0}}, xr}
+                      : (f_ph == F_XP || f_ph == F_MP) ? D - {{(15-JW){1'b0}}, xr}
                       : (f_ph == F_Z) ? 2 * D
                       : (f_ph == F_E) ? {{(15-JW){1'b0}}, ewr}
                       : (f_ph == F_P) ? {{(15-JW){1'b0}}, ewj - ewr} : 16'd1;
@@ -403,7 +432,10 @@ module unifl_vitis_modexp #(
                 nwin <= too_long ? 16'd1 : nw_arg[15:0];
                 ewj <= too_long ? 1 : ewj_arg[JW:0];
                 ewr <= too_long ? 0 : ((arg_le < ewj_arg) ? arg_le[JW:0] : ewj_arg[JW:0]);
-                q_kind <= Q_C; q_addr <= arg_consts; q_left <= 2 * D; q_row <= 0;
+                run_x <= arg_x;  run_m <= arg_m;  run_e <= arg_e;
+                run_es <= ENC ? 32'd0 : arg_es;       // ENC: one exponent, n, for every row
+                q_kind <= Q_C; q_addr <= arg_consts; q_left <= ENC ? 4 * D : 2 * D; q_row <= 0;
+                xr <= ENC ? ((arg_le < D) ? arg_le[JW:0] : D) : D;
                 f_ph <= F_M; f_j <= 0; f_row <= 0; f_on <= (arg_n != 0);
                 wr_addr <= arg_out;
                 wr_left <= arg_n * D;
@@ -420,19 +452,25 @@ module unifl_vitis_modexp #(
                     q_addr <= q_addr + {q_next, 3'b000};
                     q_left <= q_left - q_next;
                 end else if (q_left == 0 && q_kind != Q_END) begin
-                    // the next request of the list
-                    if (q_kind == Q_E || (q_kind == Q_X && ewr == 0) || q_kind == Q_C) begin
+                    // the next request of the list: consts, then per row x (r), [m], exponent
+                    if (q_kind == Q_E || (q_kind != Q_C && ewr == 0
+                                          && (q_kind == Q_M || (q_kind == Q_X && !ENC)))
+                            || q_kind == Q_C) begin
                         if (q_kind != Q_C && q_row + 1 == run_n) begin
                             q_kind <= Q_END;
                         end else begin
                             if (q_kind != Q_C) q_row <= q_row + 1'b1;
                             q_kind <= Q_X;
-                            q_addr <= arg_x + (((q_kind == Q_C) ? 64'd0 : q_row + 1) * D << 3);
-                            q_left <= D;
+                            q_addr <= run_x + (((q_kind == Q_C) ? 64'd0 : q_row + 1) * xr << 3);
+                            q_left <= xr;
                         end
+                    end else if (q_kind == Q_X && ENC) begin
+                        q_kind <= Q_M;
+                        q_addr <= run_m + ((q_row * xr) << 3);
+                        q_left <= xr;
                     end else begin
                         q_kind <= Q_E;
-                        q_addr <= arg_e + ((q_row * arg_es) << 3);
+                        q_addr <= run_e + ((q_row * run_es) << 3);
                         q_left <= ewr;
                     end
                 end
@@ -445,8 +483,12 @@ module unifl_vitis_modexp #(
                             F_N0: f_ph <= F_RM;
                             F_RM: f_ph <= F_Z;
                             F_Z: f_ph <= F_HDR;
-                            F_HDR: f_ph <= F_X;
-                            F_X: f_ph <= (ewr != 0) ? F_E : F_P;
+                            F_HDR: f_ph <= (xr != 0) ? F_X : F_XP;
+                            F_X, F_XP: f_ph <= (f_ph == F_X && xr != D) ? F_XP
+                                              : ENC ? ((xr != 0) ? F_MW : F_MP)
+                                              : (ewr != 0) ? F_E : F_P;
+                            F_MW, F_MP: f_ph <= (f_ph == F_MW && xr != D) ? F_MP
+                                              : (ewr != 0) ? F_E : F_P;
                             F_E: f_ph <= (ewj != ewr) ? F_P : F_HDR;
                             default: f_ph <= F_HDR;
                         endcase
@@ -480,8 +522,9 @@ module unifl_vitis_modexp #(
     end
 endmodule
 
-// The kernel names the host launches: mont_exp_L<limbs>.
-`define UNIFL_VITIS_MODEXP_TOP(TOP, WORDS) \
+// The kernel names the host launches: mont_exp_L<limbs> and paillier_enc_L<limbs> (n^2 of a
+// 1024- and a 2048-bit key).
+`define UNIFL_VITIS_MODEXP_TOP(TOP, WORDS, IS_ENC) \
 module TOP #(parameter integer N = 2, parameter integer FIFO_DEPTH = 512, \
             parameter integer MAX_BURST = 256) ( \
     input wire ap_clk, \
@@ -530,7 +573,7 @@ module TOP #(parameter integer N = 2, parameter integer FIFO_DEPTH = 512, \
     input wire s_axi_control_BREADY, \
     output wire [1:0] s_axi_control_BRESP \
 ); \
-    unifl_vitis_modexp #(.D(WORDS), .NE(N), .FIFO_DEPTH(FIFO_DEPTH), .MAX_BURST(MAX_BURST)) core ( \
+    unifl_vitis_modexp #(.D(WORDS), .NE(N), .ENC(IS_ENC), .FIFO_DEPTH(FIFO_DEPTH), .MAX_BURST(MAX_BURST)) core ( \
         .ap_clk(ap_clk), .ap_rst_n(ap_rst_n), .interrupt(interrupt), .m_axi_gmem_AWVALID(m_axi_gmem_AWVALID), \
         .m_axi_gmem_AWREADY(m_axi_gmem_AWREADY), .m_axi_gmem_AWADDR(m_axi_gmem_AWADDR), .m_axi_gmem_AWLEN(m_axi_gmem_AWLEN), .m_axi_gmem_AWSIZE(m_axi_gmem_AWSIZE), \
         .m_axi_gmem_AWBURST(m_axi_gmem_AWBURST), .m_axi_gmem_WVALID(m_axi_gmem_WVALID), .m_axi_gmem_WREADY(m_axi_gmem_WREADY), .m_axi_gmem_WDATA(m_axi_gmem_WDATA), \
@@ -546,8 +589,10 @@ module TOP #(parameter integer N = 2, parameter integer FIFO_DEPTH = 512, \
     ); \
 endmodule
 
-`UNIFL_VITIS_MODEXP_TOP(mont_exp_L16, 16)
-`UNIFL_VITIS_MODEXP_TOP(mont_exp_L32, 32)
+`UNIFL_VITIS_MODEXP_TOP(mont_exp_L16, 16, 0)
+`UNIFL_VITIS_MODEXP_TOP(mont_exp_L32, 32, 0)
+`UNIFL_VITIS_MODEXP_TOP(paillier_enc_L32, 32, 1)
+`UNIFL_VITIS_MODEXP_TOP(paillier_enc_L64, 64, 1)
 
 `undef UNIFL_VITIS_MODEXP_TOP
 `default_nettype wire
