@@ -14,8 +14,10 @@ Inputs, each from something that ran here:
   (``python -m tools.fpga.synth --design unit --json``, or the figures pinned below);
 * device sizes: the vendors' selection guides (``DEVICES``);
 
-and stated assumptions: the clock (250 MHz: the synthesized netlists' register-to-register walk,
-docs/fpga.md), a 25 % shell reserve of every resource (PCIe DMA, memory controllers, the
+and stated assumptions: the clock (250 MHz, capped per size by the slow bound of the synthesized
+unit's register-to-register walk on UltraScale+ -- 171 MHz for the 4096-bit unit of a 2048-bit
+key's encryption, whose larger RAMs yosys puts in block RAM on the path; the Intel rows take the
+same clock, carried over, not derived), a 25 % shell reserve of every resource (PCIe DMA, memory controllers, the
 wrappers, routing headroom), and the card's bandwidths (``MEMORY``, ``PCIE``).
 
 What must cross: with the exponentiation on the card only the operands and results of whole
@@ -64,11 +66,18 @@ PCIE = 12.0
 PUBLISHED: dict[str, dict[int, dict[str, int | None]]] = {
     "FLASH (VU13P)": {1024: {"enc": 40_706, "dec": 107_707},
                                2048: {"enc": 6_033, "dec": 19_373}},
-    "UniFL paper (D5005)": {1024: {"enc": 1_488, "dec": None}}}
+    "UniFL (D5005)": {1024: {"enc": 1_488, "dec": None}}}
 #: per-engine figures of unifl_modexp with one engine and two key contexts (yosys 0.23, pinned by
 #: tests/test_fpga_synth.py; `python -m tools.fpga.synth --design unit` reproduces them), used
 #: without --synth
-PINNED: dict[tuple[str, int], dict[str, float]] = {}
+PINNED: dict[tuple[str, int], dict[str, float]] = {
+    ("xcup", 1024): {"dsp": 31, "lut_sites": 2973, "ff": 5015, "bram": 2, "mhz_walk": 247},
+    ("xcup", 2048): {"dsp": 31, "lut_sites": 3269, "ff": 5034, "bram": 4, "mhz_walk": 247},
+    ("xcup", 4096): {"dsp": 31, "lut_sites": 3544, "ff": 4861, "bram": 11, "mhz_walk": 171},
+    ("cyclone10gx", 1024): {"dsp": 27.5, "alm": 2394, "ff": 5694, "bram": 0},
+    ("cyclone10gx", 2048): {"dsp": 27.5, "alm": 2600, "ff": 5650, "bram": 0},
+    ("cyclone10gx", 4096): {"dsp": 27.5, "alm": 3101, "ff": 5669, "bram": 0},
+}
 
 
 def _clog2(v: int) -> int:
@@ -124,7 +133,8 @@ class Row:
     device: str
     key_bits: int
     memory: str
-    mhz: float
+    mhz_enc: float
+    mhz_dec: float
     engines_enc: int
     engines_dec: int
     binding_enc: str
@@ -168,7 +178,10 @@ def bounds(rate_compute: float, io: tuple[int, int], memory_gbs: float
 def estimate(per_engine: dict[tuple[str, int], dict[str, float]], mhz: float = 250.0,
              reserve: float = 0.25) -> list[Row]:
     rows = []
-    hz = mhz * 1e6
+
+    def clock(bits: int) -> float:
+        walk = per_engine.get(("xcup", bits), {}).get("mhz_walk")
+        return min(mhz, walk) if walk else mhz
     for device, dev in DEVICES.items():
         fam = str(dev["family"])
         for key in (1024, 2048):
@@ -178,14 +191,15 @@ def estimate(per_engine: dict[tuple[str, int], dict[str, float]], mhz: float = 2
             n_dec, b_dec, _ = engines(device, per_engine[(fam, key)], reserve)
             c_enc, c_dec = interval_cycles(2 * key // 64), interval_cycles(key // 64)
             m_enc, m_dec = encrypt_montmults(key), decrypt_montmults(key)
-            r_enc = n_enc * hz / (c_enc * m_enc)
-            r_dec = n_dec * hz / (c_dec * m_dec)
+            f_enc, f_dec = clock(2 * key), clock(key)
+            r_enc = n_enc * f_enc * 1e6 / (c_enc * m_enc)
+            r_dec = n_dec * f_dec * 1e6 / (c_dec * m_dec)
             for mem_name, gbs in MEMORY.items():
                 ce, me, pe = bounds(r_enc, bytes_per_op("enc", key), gbs)
                 cd, md, pd = bounds(r_dec, bytes_per_op("dec", key), gbs)
                 oe = min(bounds(r_enc, montmult_only_bytes("enc", key), gbs))
                 od = min(bounds(r_dec, montmult_only_bytes("dec", key), gbs))
-                rows.append(Row(device, key, mem_name, mhz, n_enc, n_dec, b_enc, b_dec, c_enc,
+                rows.append(Row(device, key, mem_name, f_enc, f_dec, n_enc, n_dec, b_enc, b_dec, c_enc,
                                 c_dec, m_enc, m_dec, ce, cd, me, md, pe, pd, min(ce, me, pe),
                                 min(cd, md, pd), oe, od))
     return rows
@@ -204,6 +218,7 @@ def per_engine_from_synth(paths: list[Path]) -> dict[tuple[str, int], dict[str, 
             fig = {"dsp": float(r["dsp"]), "ff": float(r["ff"]), "bram": float(r["bram"])}
             if r["family"] == "xcup":
                 fig["lut_sites"] = float(r["lut_sites"])
+                fig["mhz_walk"] = float(r["path"]["fmax_mhz"][0])
             else:
                 fig["alm"] = float(r["alm_est"])
             out[(r["family"], r["bits"])] = fig
@@ -211,20 +226,21 @@ def per_engine_from_synth(paths: list[Path]) -> dict[tuple[str, int], dict[str, 
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| device | key | memory | engines enc / dec (binding) | enc/s (compute · memory · "
-           "PCIe bound) | dec/s (compute · memory · PCIe bound) | MontMult-only kernel enc/s, "
-           "dec/s |", "|---|---|---|---|---|---|---|"]
+    out = ["| device | key | memory | engines enc / dec (binding) | MHz enc / dec | enc/s "
+           "(compute · memory · PCIe bound) | dec/s (compute · memory · PCIe bound) | "
+           "MontMult-only kernel enc/s, dec/s |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
             f"| {r.device} | {r.key_bits} | {r.memory} | {r.engines_enc} / {r.engines_dec} "
-            f"({r.binding_enc}) | **{r.enc_per_s:,.0f}** ({r.compute_enc:,.0f} · "
+            f"({r.binding_enc}) | {r.mhz_enc:g} / {r.mhz_dec:g} | "
+            f"**{r.enc_per_s:,.0f}** ({r.compute_enc:,.0f} · "
             f"{r.memory_enc:,.0f} · {r.pcie_enc:,.0f}) | **{r.dec_per_s:,.0f}** "
             f"({r.compute_dec:,.0f} · {r.memory_dec:,.0f} · {r.pcie_dec:,.0f}) | "
             f"{r.montmult_only_enc:,.0f}, {r.montmult_only_dec:,.0f} |")
     for name, p in PUBLISHED.items():
         for key, v in p.items():
             dec = f"{v['dec']:,}" if v["dec"] else "—"
-            out.append(f"| {name} (published) | {key} | | | {v['enc'] or 0:,} | {dec} | |")
+            out.append(f"| {name} (published) | {key} | | | | {v['enc'] or 0:,} | {dec} | |")
     return "\n".join(out)
 
 
@@ -232,7 +248,7 @@ def plot(rows: list[Row], path: Path, mhz: float) -> None:
     import matplotlib  # noqa: PLC0415 - only for --plot
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     for ax, key in zip(axes, (1024, 2048)):
         sel = [r for r in rows if r.key_bits == key and r.memory == "DDR4 x4"]
         names = [f"unifl_modexp\n{r.device}\n(estimate)" for r in sel]
@@ -249,12 +265,13 @@ def plot(rows: list[Row], path: Path, mhz: float) -> None:
         xs = list(range(len(names)))
         ax.bar([x - 0.2 for x in xs], enc, 0.4, label="encryptions/s")
         ax.bar([x + 0.2 for x in xs], dec, 0.4, label="decryptions/s")
-        ax.set_xticks(xs, names, fontsize=7)
+        ax.set_xticks(xs, names, fontsize=6.5)
         ax.set_yscale("log")
         ax.set_title(f"{key}-bit key")
         ax.set_ylabel("per second (log)")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"Paillier on one card, DDR4: RTL estimate at {mhz:.0f} MHz vs published")
+    fig.suptitle(f"Paillier on one card (DDR4): unifl_modexp ESTIMATE at <= {mhz:.0f} MHz vs "
+                 "published")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -277,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no device has figures for both n and n² sizes of a key (pass --synth with the "
               "unit at 1024, 2048 and 4096 bits)", file=sys.stderr)
         return 2
-    print(f"ESTIMATE (nothing here ran on an FPGA): {args.mhz:.0f} MHz stated, "
+    print(f"ESTIMATE (nothing here ran on an FPGA): {args.mhz:.0f} MHz stated (capped by the walk), "
           f"{args.reserve:.0%} shell reserve, PCIe {PCIE:g} GB/s per direction; MontMults per "
           f"encryption {encrypt_montmults(1024)} (1024-bit key) / {encrypt_montmults(2048)} "
           f"(2048), per CRT decryption {decrypt_montmults(1024)} / {decrypt_montmults(2048)}")
