@@ -104,12 +104,14 @@ async def modexp_rows(dut):
 
 @cocotb.test(timeout_time=60, timeout_unit="ms")
 async def memory_errors_surface(dut):
-    """RRESP on a base row: status bit 0 and that row and every later one all ones.  BRESP on an
+    """With random back-pressure on all five AXI channels: RRESP on a base row: status bit 0 and
+    that row and every later one all ones.  BRESP on an
     out row: status bit 1 and the rows of that burst keep the host's fill.  An exponent longer than the unit
     holds: status bit 2 and every row all ones."""
     d = _d()
     ones = (1 << (64 * d)) - 1
-    mem, lite, cycles = await _setup(dut)
+    # random back-pressure on every AXI channel (35 % of cycles) while the errors come
+    mem, lite, cycles = await _setup(dut, stall=35)
     m = (1 << (64 * d - 1)) | secrets.randbits(64 * d - 1) | 1
     bases = [secrets.randbelow(m) for _ in range(3)]
     rows, err, _ = await launch(dut, mem, lite, cycles, m, bases, [5], 1, True, 3,
