@@ -4,7 +4,7 @@ rtl/tb/test_modexp.py streams MODEXP jobs (edge bases 0, 1, M-1, M and 2^(W D)-1
 0, 1, all ones and a lone top bit, every combination of plain / Montgomery entry and exit, random
 jobs) and Paillier encryptions back to back, with random producer gaps and consumer stalls, and
 the CRT decryption's two half-size ladders on two key contexts held at once; every result is
-checked bit-exactly against Python's ``pow`` (what the ``cpu`` backend computes with gmpy2).  The
+checked bit-exactly against gmpy2's ``powmod`` (the ``cpu`` backend's arithmetic).  The
 MontMults the engines start per cycle are measured and held to the engine's interval: with two
 exponentiations per engine the engine never waits for the unit.
 
