@@ -97,7 +97,7 @@ def test_modexp_unit_bit_exact(case: str, tmp_path: Path) -> None:
 @pytest.mark.rtl
 @pytest.mark.parametrize("bits,tb", [
     (1024, {"EBITS": 1024, "JOBS": 0, "EDGE": 0, "STEADY": 2}),
-    (512, {"EBITS": 512, "JOBS": 1, "ENC_BITS": 256, "STEADY": 2}),
+    (512, {"EBITS": 512, "JOBS": 0, "EDGE": 0, "ENC_BITS": 256, "STEADY": 2}),
 ])
 def test_modexp_unit_full_exponents(bits: int, tb: dict[str, int], tmp_path: Path) -> None:
     """Full-length exponents with K = 4 (and at 512 bits encryption with an n of half the size):
