@@ -9,9 +9,10 @@ exponentiation on the device (one launch).  Here the device is PoCL on the host 
 numbers measure the host runtime and the kernel's code on a CPU, not an FPGA; every fpga row says so.
 
 The RTL estimate at the end is *not* a measurement: cycles per MontMult are the interval of
-rtl/unifl_mm_engine.v (bench/fpga_estimate.py; tests/test_fpga_rtl.py checks the formula against
-the cocotb simulation), scaled to the stated clock and the engine count that yosys synthesis
-supports on a VU13P (250 MHz; 297 engines, DSP-bound, after a 25 % shell reserve: docs/fpga.md).
+rtl/unifl_mm_engine.v (tools/fpga/estimate.py; tests/test_fpga_rtl.py checks the formula against
+the cocotb simulation), scaled to the stated clock and the engine count that yosys synthesis of
+the exponentiation unit supports on a VU13P (250 MHz; 297 engines at 1024 and 2048 bits,
+DSP-bound, after a 25 % shell reserve: docs/fpga.md).
 """
 
 from __future__ import annotations
@@ -33,24 +34,20 @@ from unifl.bench import measure  # noqa: E402
 from unifl.phe_sdk import paillier  # noqa: E402
 from unifl.phe_sdk.paillier import encrypt_limbs  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fpga_estimate import interval_cycles  # noqa: E402
-
-
-#: engines per VU13P after a 25 % shell reserve, from yosys synthesis (DSP-bound at 31 DSP48E2
-#: per engine for both sizes; docs/fpga.md "Estimates")
-VU13P_ENGINES = {1024: 297, 2048: 297}
+from tools.fpga.estimate import (PINNED, engines as fit_engines,  # noqa: E402
+                                 interval_cycles, job_montmults)
 
 
 def rtl_estimate(bits: int, mhz: float = 250.0, engines: int | None = None) -> dict:
-    engines = VU13P_ENGINES.get(bits, 297) if engines is None else engines
-    d = bits // 64
-    c = interval_cycles(d)
+    """ModExp of a full-length exponent on the exponentiation unit: engines per VU13P from the
+    unit's pinned synthesis figures (tools.fpga.estimate), the unit's constant-time schedule."""
+    per = PINNED[("xcup", bits)]
+    engines = fit_engines("VU13P", per)[0] if engines is None else engines
+    mhz = min(mhz, per.get("mhz_walk", mhz))
+    c = interval_cycles(bits // 64)
     mm = mhz * 1e6 / c * engines
-    # a full-length ModExp with 6-bit windows: bits squarings + bits/6 multiplications + 62 table
-    mults = bits + bits / 6 + 62
     return {"bits": bits, "cycles_per_montmult": c, "mhz": mhz, "engines": engines,
-            "montmult_per_s": mm, "modexp_per_s": mm / (mults + 2)}
+            "montmult_per_s": mm, "modexp_per_s": mm / job_montmults(-(-bits // 4))}
 
 
 def main() -> None:

@@ -15,7 +15,9 @@
 module unifl_mm_cluster #(
     parameter integer W = 64,
     parameter integer D = 16,
-    parameter integer N = 4
+    parameter integer N = 4,
+    parameter integer NM = 1,                        // modulus banks per engine
+    parameter integer MBW = (NM < 2) ? 1 : $clog2(NM)  // width of a bank index (do not set)
 ) (
     input  wire         clk,
     input  wire         rst_n,
@@ -26,6 +28,7 @@ module unifl_mm_cluster #(
     output wire         in_ready,
     input  wire [W-1:0] in_a,
     input  wire [W-1:0] in_b,
+    input  wire [MBW-1:0] in_mb,
     output wire         out_valid,
     input  wire         out_ready,
     output wire [W-1:0] out_z,
@@ -57,12 +60,12 @@ module unifl_mm_cluster #(
     genvar k;
     generate
         for (k = 0; k < N; k = k + 1) begin : eng
-            unifl_mm_engine #(.W(W), .D(D)) engine (
+            unifl_mm_engine #(.W(W), .D(D), .NM(NM)) engine (
                 .clk(clk), .rst_n(rst_n),
                 .cfg_valid(cfg_valid && cfg_ready), .cfg_ready(e_cfg_ready[k]),
                 .cfg_data(cfg_data),
                 .in_valid(in_valid && ip == k), .in_ready(e_in_ready[k]),
-                .in_a(in_a), .in_b(in_b),
+                .in_a(in_a), .in_b(in_b), .in_mb(in_mb),
                 .out_valid(e_out_valid[k]), .out_ready(out_ready && op == k),
                 .out_z(e_out_z[k*W +: W]), .out_last(e_out_last[k]), .idle(e_idle[k]));
         end

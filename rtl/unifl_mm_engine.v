@@ -42,16 +42,20 @@
 //
 // Streams (AXI-stream rules: a beat moves on a rising edge where valid and ready are both high;
 // data are held while valid && !ready):
-//  * cfg: D beats of M (least significant word first), then one beat of n0'.  Accepted only while
-//    no operand is buffered or computing (results may still be unloading); in_ready stays low
-//    until a whole modulus is loaded;
-//  * in:  D beats per MontMult, beat j = (word j of a, word j of b);
+//  * cfg: for each of the NM modulus banks in turn, D beats of M (least significant word first),
+//    then one beat of its n0'.  Accepted only while no operand is buffered or computing (results
+//    may still be unloading); in_ready stays low until every bank is loaded;
+//  * in:  D beats per MontMult, beat j = (word j of a, word j of b); in_mb (with word 0) names the
+//    modulus bank the MontMult uses (ignored when NM = 1).  The result is exact (< M) when a < M
+//    or b < M and the other is below 2^(W*D): T stays below 2M;
 //  * out: D beats per MontMult, in input order, out_last on word D-1.
 module unifl_mm_engine #(
     parameter integer W  = 64,  // word (limb) width
     parameter integer D  = 16,  // words per operand: 16 for 1024-bit, 32 for 2048-bit moduli
     parameter integer TA = 26,  // tile width on the a / M side of a DSP (<= 26: 27-bit signed port)
-    parameter integer TB = 17   // tile width on the b / q side (<= 17: 18-bit signed port)
+    parameter integer TB = 17,  // tile width on the b / q side (<= 17: 18-bit signed port)
+    parameter integer NM = 1,   // moduli held at once (banks); each MontMult names its bank
+    parameter integer MBW = (NM < 2) ? 1 : $clog2(NM)  // width of a bank index (do not set)
 ) (
     input  wire         clk,
     input  wire         rst_n,
@@ -62,6 +66,7 @@ module unifl_mm_engine #(
     output wire         in_ready,
     input  wire [W-1:0] in_a,
     input  wire [W-1:0] in_b,
+    input  wire [MBW-1:0] in_mb,  // modulus bank of this MontMult (sampled with word 0; NM > 1)
     output wire         out_valid,
     input  wire         out_ready,
     output wire [W-1:0] out_z,
@@ -89,21 +94,12 @@ module unifl_mm_engine #(
     // stage of the tag pipeline whose data leave the trees (tag k: registered at the end of the
     // k-th cycle after issue): operands (0), M (1), P (2), tile sums + T (3), tree levels
     localparam integer ST  = 3 + LT;
-    // q unit: its multiplier's latency (see unifl_mm_lowmul)
-    function integer nqtiles(input integer dummy);
-        integer a, b;
-        begin
-            nqtiles = 0;
-            for (a = 0; a < NA; a = a + 1)
-                for (b = 0; b < NB; b = b + 1)
-                    if (a * TA + b * TB < W) nqtiles = nqtiles + 1;
-        end
-    endfunction
-    localparam integer LQ  = 3 + clog2(nqtiles(0));
+    // the M RAMs: D words per bank, NM banks
+    localparam integer MAW = (NM < 2) ? JW : JW + MBW;
 
 `ifndef SYNTHESIS
     initial begin
-        if (D < 2 || D >= (1 << (CW - 1)) || TA > 26 || TB > 17 || W < TB) begin
+        if (D < 2 || D >= (1 << (CW - 1)) || TA > 26 || TB > 17 || W < TB || NM < 1) begin
             $display("unifl_mm_engine: unsupported parameters W=%0d D=%0d TA=%0d TB=%0d",
                      W, D, TA, TB);
             $finish;
@@ -112,8 +108,8 @@ module unifl_mm_engine #(
 `endif
 
     // tag carried along the word-step pipeline: valid, first iteration, last iteration,
-    // result bank, word index j
-    localparam integer TGW = 4 + JW;
+    // result bank, modulus bank, word index j
+    localparam integer TGW = 4 + MBW + JW;
     localparam integer TV = TGW - 1, TF = TGW - 2, TL = TGW - 3, TO = TGW - 4;
 
     // ============================================================================ loader
@@ -123,7 +119,10 @@ module unifl_mm_engine #(
     reg [W-1:0]  a0 [0:1], b0 [0:1];   // word 0 of each bank's operands (for the q unit)
     reg          cfg_done;         // a whole modulus is loaded
     reg [JW:0]   ck;               // cfg beat counter (0..D)
-    reg [W-1:0]  n0;
+    reg [MBW-1:0] kb;              // modulus bank being loaded
+    // with one bank every bank index is the constant 0 (synthesis then sees no bank logic at all)
+    wire [MBW-1:0] kbs = (NM > 1) ? kb : {MBW{1'b0}};
+    reg [MBW-1:0] mbk [0:1];       // modulus bank of each operand bank's MontMult
 
     // ============================================================================ control
     reg          run, pre, chain;
@@ -151,6 +150,20 @@ module unifl_mm_engine #(
     wire [W-1:0] a_rd, b_rd, m1_rd, m2_rd, t_rd, ot_rd, od_rd;
     wire         ld = in_valid && in_ready;
     wire         cf = cfg_valid && cfg_ready;
+    // n0' of each bank; the q unit reads the one of the MontMult it computes q for
+    reg  [MBW-1:0] q_mb;
+    wire [W-1:0]   n0_q;
+    generate
+        if (NM > 1) begin : banks
+            reg [W-1:0] n0 [0:NM-1];
+            always @(posedge clk) if (cf && ck == D) n0[kb] <= cfg_data;
+            assign n0_q = n0[q_mb];
+        end else begin : one
+            reg [W-1:0] n0;
+            always @(posedge clk) if (cf && ck == D) n0 <= cfg_data;
+            assign n0_q = n0;
+        end
+    endgenerate
     unifl_mm_ram #(.DW(W), .AW(JW + 1)) ram_a (.clk(clk), .we(ld), .wa({wb, lj}), .wd(in_a),
         .ra({cb, t[JW-1:0]}), .rd(a_rd));
     // b is read once per iteration: b_{i+1} for the q unit and the next iteration
@@ -158,17 +171,23 @@ module unifl_mm_engine #(
     unifl_mm_ram #(.DW(W), .AW(JW + 1)) ram_b (.clk(clk), .we(ld), .wa({wb, lj}), .wd(in_b),
         .ra({cb, i1[JW-1:0]}), .rd(b_rd));
     wire          m_we = cf && (ck < D);
-    unifl_mm_ram #(.DW(W), .AW(JW)) ram_m1 (.clk(clk), .we(m_we), .wa(ck[JW-1:0]), .wd(cfg_data),
-        .ra(t[JW-1:0]), .rd(m1_rd));
+    wire [MBW-1:0] mb_c = (NM > 1) ? mbk[cb] : {MBW{1'b0}};  // bank of the computing MontMult
+    reg  [MBW-1:0] x_mb;                    // ... of the words in the x stage
+    // {bank, word}; with one bank the address is the word alone (the bank bit is cut off)
+    wire [MAW-1:0] m_wa  = {kbs, ck[JW-1:0]};
+    wire [MAW-1:0] m1_ra = {mb_c, t[JW-1:0]};
+    wire [MAW-1:0] m2_ra = {x_mb, t_wa};
+    unifl_mm_ram #(.DW(W), .AW(MAW)) ram_m1 (.clk(clk), .we(m_we), .wa(m_wa), .wd(cfg_data),
+        .ra(m1_ra), .rd(m1_rd));
     reg  [JW-1:0] sw_k;
     // M_k for the subtraction is read in the s stage, a cycle ahead, and registered with T_k
-    unifl_mm_ram #(.DW(W), .AW(JW)) ram_m2 (.clk(clk), .we(m_we), .wa(ck[JW-1:0]), .wd(cfg_data),
-        .ra(t_wa), .rd(m2_rd));
+    unifl_mm_ram #(.DW(W), .AW(MAW)) ram_m2 (.clk(clk), .we(m_we), .wa(m_wa), .wd(cfg_data),
+        .ra(m2_ra), .rd(m2_rd));
 
     // ============================================================================ word steps
     wire [W-1:0] b_in = (t == 0) ? b_next : b_cur;
     wire [W-1:0] q_in = (t != 0) ? q_cur : q_arrive ? q_r : q_next;
-    wire [TGW-1:0] tag0 = {issue, i == 0, last_it, ob, t[JW-1:0]};
+    wire [TGW-1:0] tag0 = {issue, i == 0, last_it, ob, mb_c, t[JW-1:0]};
     reg  [TGW-1:0] tg [0:ST];
     integer s;
     always @(posedge clk) begin
@@ -224,6 +243,7 @@ module unifl_mm_engine #(
     wire           tv = tt[TV];
     wire [JW-1:0]  tj = tt[JW-1:0];
     reg            top_pend, top_first, top_last, top_ob;
+    reg  [MBW-1:0] top_mb;
     reg            t_d;                          // T_D, the top word of T (0 or 1)
     reg [WS-1:0]   hi_prev, x_reg;
     reg            xk_step, xk_top, x_last, x_ob, s0_v;
@@ -238,6 +258,7 @@ module unifl_mm_engine #(
         x_j      <= tj;
         x_last   <= top_pend ? top_last : tt[TL];
         x_ob     <= top_pend ? top_ob : tt[TO];
+        x_mb     <= top_pend ? top_mb : tt[JW +: MBW];
         s0_v     <= rst_n && tv && (tj == 0);
         e0       <= lo_sum[WS-1:W];
         if (tv) hi_prev <= hi_sum;
@@ -245,6 +266,7 @@ module unifl_mm_engine #(
         top_first <= tt[TF];
         top_last  <= tt[TL];
         top_ob    <= tt[TO];
+        top_mb    <= tt[JW +: MBW];
     end
 
     // ---- s stage: s_j = x_j + e(j-1); writes T_{j-1} (or T_{D-1} and T_D for the top)
@@ -284,23 +306,15 @@ module unifl_mm_engine #(
     reg          qi_v, qi_s;       // issue this cycle: valid, 1 = q (0 = qa)
     reg [W-1:0]  qi_x, qi_y;
     wire [W-1:0] q_r;
-    reg          qt_v [0:LQ-1];
-    reg          qt_s [0:LQ-1];
-    unifl_mm_lowmul #(.W(W), .TA(TA), .TB(TB)) qmul (.clk(clk), .x(qi_x), .y(qi_y), .r(q_r));
+    wire         qo_v, qo_s, qn_v, qn_s, q_busy;
+    unifl_mm_lowmul #(.W(W), .TA(TA), .TB(TB), .TG(1)) qmul (.clk(clk), .rst_n(rst_n),
+        .x(qi_x), .y(qi_y), .r(q_r), .v_in(qi_v), .tag_in(qi_s), .v_out(qo_v), .tag_out(qo_s),
+        .v_soon(qn_v), .tag_soon(qn_s), .busy(q_busy));
     // results leave the multiplier's last register: q_r is valid in the cycle the tag says so;
     // q_{i+1} is used there directly (bypass into step 0) as well as kept
-    wire q_arrive  = qt_v[LQ-1] &&  qt_s[LQ-1];
-    wire qa_arrive = qt_v[LQ-1] && !qt_s[LQ-1];
-    wire q_soon    = qt_v[LQ-2] &&  qt_s[LQ-2];   // q_r holds q_{i+1} in the next cycle
-    integer u;
-    always @(posedge clk) begin
-        qt_v[0] <= rst_n && qi_v;
-        qt_s[0] <= qi_s;
-        for (u = 1; u < LQ; u = u + 1) begin
-            qt_v[u] <= rst_n && qt_v[u-1];
-            qt_s[u] <= qt_s[u-1];
-        end
-    end
+    wire q_arrive  = qo_v &&  qo_s;
+    wire qa_arrive = qo_v && !qo_s;
+    wire q_soon    = qn_v &&  qn_s;   // q_r holds q_{i+1} in the next cycle
     // what the q unit issues this cycle: qa at an iteration's start, q once qa and T_0' are ready
     wire qs_go = qa_rdy && (qz || t0_rdy);
     wire it_start = run && (t == 0);
@@ -316,7 +330,7 @@ module unifl_mm_engine #(
             qi_y = qa_next ? b0[qa_bank] : b_rd;
         end else begin
             qi_x = (qz ? {W{1'b0}} : t0_reg) + qa_reg;
-            qi_y = n0;
+            qi_y = n0_q;
         end
     end
 
@@ -332,9 +346,8 @@ module unifl_mm_engine #(
     reg    pb;
     integer v;
     always @(*) begin
-        pb = top_pend || xk_step || xk_top || s0_v || sw_v || qi_v;
+        pb = top_pend || xk_step || xk_top || s0_v || sw_v || qi_v || q_busy;
         for (v = 0; v <= ST; v = v + 1) pb = pb || tg[v][TV];
-        for (v = 0; v < LQ; v = v + 1) pb = pb || qt_v[v];
     end
     assign pipe_busy = pb;
     assign out_valid = ofull[ub];
@@ -346,7 +359,7 @@ module unifl_mm_engine #(
     always @(posedge clk) begin
         if (!rst_n) begin
             full[0] <= 1'b0;  full[1] <= 1'b0;  wb <= 1'b0;  lj <= {JW{1'b0}};
-            cfg_done <= 1'b0; ck <= {(JW+1){1'b0}};
+            cfg_done <= 1'b0; ck <= {(JW+1){1'b0}};  kb <= {MBW{1'b0}};
             run <= 1'b0;  pre <= 1'b0;  chain <= 1'b0;  i <= {CW{1'b0}};  t <= {CW{1'b0}};
             cb <= 1'b0;  nbk <= 1'b0;  rb <= 1'b0;  ob <= 1'b0;  nob <= 1'b0;  ro <= 1'b0;
             obusy[0] <= 1'b0;  obusy[1] <= 1'b0;  ofull[0] <= 1'b0;  ofull[1] <= 1'b0;
@@ -356,7 +369,12 @@ module unifl_mm_engine #(
             // ---- modulus
             if (cf) begin
                 if (ck == D) begin
-                    n0 <= cfg_data;  cfg_done <= 1'b1;  ck <= {(JW+1){1'b0}};
+                    ck <= {(JW+1){1'b0}};
+                    if (kbs == NM - 1) begin
+                        cfg_done <= 1'b1;  kb <= {MBW{1'b0}};
+                    end else begin
+                        kb <= kb + 1'b1;
+                    end
                 end else begin
                     cfg_done <= 1'b0;  ck <= ck + 1'b1;
                 end
@@ -364,7 +382,7 @@ module unifl_mm_engine #(
             // ---- loader
             if (ld) begin
                 if (lj == 0) begin
-                    a0[wb] <= in_a;  b0[wb] <= in_b;
+                    a0[wb] <= in_a;  b0[wb] <= in_b;  mbk[wb] <= (NM > 1) ? in_mb : {MBW{1'b0}};
                 end
                 if (lj == D - 1) begin
                     full[wb] <= 1'b1;  wb <= ~wb;  lj <= {JW{1'b0}};
@@ -376,6 +394,7 @@ module unifl_mm_engine #(
             if (qa_go) begin
                 b_next <= qi_y;   // b_{i+1}, or the next MontMult's b_0
                 qz     <= qa_next;
+                q_mb   <= qa_next ? mbk[qa_bank] : mb_c;
             end
             if (qs_go) qa_rdy <= 1'b0;
             else if (qa_arrive) qa_rdy <= 1'b1;

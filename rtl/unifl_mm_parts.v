@@ -71,16 +71,35 @@ endmodule
 // whose offset lies below 2^W are built -- the others contribute nothing modulo 2^W.
 // Registers: tile operands (the DSP's A/B registers), product (M register), product again (P
 // register), then one register per adder level.
+// A valid bit and a TG-bit tag travel beside the operands, so the caller never re-derives the
+// latency: v_out/tag_out say what r holds now, v_soon/tag_soon what it holds in the next cycle,
+// busy whether anything is in flight.
 module unifl_mm_lowmul #(
     parameter integer W  = 64,
     parameter integer TA = 26,
-    parameter integer TB = 17
+    parameter integer TB = 17,
+    parameter integer TG = 1
 ) (
-    input  wire         clk,
-    input  wire [W-1:0] x,
-    input  wire [W-1:0] y,
-    output wire [W-1:0] r
+    input  wire          clk,
+    input  wire          rst_n,
+    input  wire [W-1:0]  x,
+    input  wire [W-1:0]  y,
+    input  wire          v_in,
+    input  wire [TG-1:0] tag_in,
+    output wire [W-1:0]  r,
+    output wire          v_out,
+    output wire [TG-1:0] tag_out,
+    output wire          v_soon,
+    output wire [TG-1:0] tag_soon,
+    output wire          busy
 );
+    function integer clog2(input integer v);
+        integer k;
+        begin
+            clog2 = 0;
+            for (k = v - 1; k > 0; k = k >> 1) clog2 = clog2 + 1;
+        end
+    endfunction
     localparam integer NA = (W + TA - 1) / TA;
     localparam integer NB = (W + TB - 1) / TB;
     // number of tiles (a, b) with a*TA + b*TB < W
@@ -104,7 +123,9 @@ module unifl_mm_lowmul #(
                         tindex = tindex + 1;
         end
     endfunction
-    localparam integer NQ = ntiles(0);
+    localparam integer NQ  = ntiles(0);
+    // operand, product and P registers, then the adder tree's levels (unifl_mm_sum's L)
+    localparam integer LAT = 3 + ((NQ < 2) ? 1 : clog2(NQ));
 
     wire [NA*TA-1:0] xp = {{(NA*TA-W){1'b0}}, x};
     wire [NB*TB-1:0] yp = {{(NB*TB-W){1'b0}}, y};
@@ -131,4 +152,51 @@ module unifl_mm_lowmul #(
         end
     endgenerate
     unifl_mm_sum #(.N(NQ), .WS(W)) tree (.clk(clk), .leaves(leaves), .sum(r));
+
+    // the valid / tag pipeline, one stage per register of the datapath
+    reg          pv [0:LAT-1];
+    reg [TG-1:0] pt [0:LAT-1];
+    integer u;
+    reg     any;
+    always @(posedge clk) begin
+        pv[0] <= rst_n && v_in;
+        pt[0] <= tag_in;
+        for (u = 1; u < LAT; u = u + 1) begin
+            pv[u] <= rst_n && pv[u-1];
+            pt[u] <= pt[u-1];
+        end
+    end
+    always @(*) begin
+        any = 1'b0;
+        for (u = 0; u < LAT; u = u + 1) any = any || pv[u];
+    end
+    assign v_out    = pv[LAT-1];
+    assign tag_out  = pt[LAT-1];
+    assign v_soon   = pv[LAT-2];
+    assign tag_soon = pt[LAT-2];
+    assign busy     = any;
+endmodule
+
+// Block RAM: port A writes or reads, port B reads; both reads are registered (one cycle from the
+// address to the data, read-first on port A), the form that maps to one RAMB36E2 / M20K per
+// 512 x 72 (or 1K x 36) of storage.
+module unifl_mm_bram #(
+    parameter integer DW = 64,
+    parameter integer AW = 10
+) (
+    input  wire          clk,
+    input  wire          we_a,
+    input  wire [AW-1:0] addr_a,
+    input  wire [DW-1:0] wd_a,
+    output reg  [DW-1:0] rd_a,
+    input  wire [AW-1:0] addr_b,
+    output reg  [DW-1:0] rd_b
+);
+    reg [DW-1:0] mem [0:(1 << AW) - 1];
+    always @(posedge clk) begin
+        if (we_a) mem[addr_a] <= wd_a;
+        rd_a <= mem[addr_a];
+    end
+    always @(posedge clk)
+        rd_b <= mem[addr_b];
 endmodule

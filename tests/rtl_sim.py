@@ -27,22 +27,8 @@ def icarus_runner() -> Any:
     return get_runner("icarus")
 
 
-def bench_module(name: str) -> Any:
-    """bench/<name>.py, loaded by path (bench is no package) and registered, so that its
-    dataclasses resolve their module; loaded once per process."""
-    import importlib.util
-    import sys
-    key = f"unifl_bench_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, ROOT / "bench" / f"{name}.py")
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[key] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[key]
-
-
 def engine_interval(d: int, w: int = 64) -> int:
-    """Cycles between back-to-back MontMult starts of one engine (bench/fpga_estimate.py's formula,
+    """Cycles between back-to-back MontMult starts of one engine (tools.fpga.estimate's formula,
     the one the docs' estimates use and the engine's simulation checks)."""
-    return int(bench_module("fpga_estimate").interval_cycles(d, w))
+    from tools.fpga.estimate import interval_cycles
+    return interval_cycles(d, w)

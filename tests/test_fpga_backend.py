@@ -188,8 +188,8 @@ def test_rtl_emulation_model_as_binary(tmp_path):
     import pyopencl as cl
     from unifl.backends.fpga.runtime import kernel_dir
     be0 = _fpga()
-    src = ((ROOT / "rtl/ocl_lib/unifl_mm1024.cl").read_text() + "\n"
-           + (ROOT / "rtl/ocl_lib/montmul_rtl_kernel.cl").read_text())
+    src = "\n".join((ROOT / f"rtl/ocl_lib/{f}").read_text() for f in
+                    ("unifl_mm1024.cl", "unifl_mexp1024.cl", "montmul_rtl_kernel.cl"))
     ctx = cl.Context([be0.runtime.device])
     prog = cl.Program(ctx, src).build(options=[f"-I{kernel_dir()}"])
     path = tmp_path / "rtl_lib.bin"
@@ -279,26 +279,30 @@ def test_pocl_from_pip_alone_runs_the_kernels(tmp_path):
 
 
 def test_rtl_emulation_model_on_pip_pocl_alone(tmp_path):
-    """The emulation model passes ulong16 values; on pip's PoCL alone (no system ICD) it is still
-    bit-exact.  On a CPU with AVX-512 that LLVM 14 names without it (AMD Zen 4 is 'znver3' there),
-    that PoCL's builtin library takes 512-bit vectors in registers while the kernel passes them in
-    memory, so the kernels move vectors element by element rather than through vload16/vstore16."""
+    """The RTL library's kernels pass ulong16 values; on pip's PoCL alone (no system ICD) both
+    library functions (unifl_mm1024, unifl_mexp1024 in mode modexp) are still bit-exact.  On a CPU
+    with AVX-512 that LLVM 14 names without it (AMD Zen 4 is 'znver3' there), that PoCL's builtin
+    library takes 512-bit vectors in registers while the kernel passes them in memory, so the
+    kernels move vectors element by element (unifl_v16.h), never through vload16/vstore16."""
     code = ("import secrets, unifl, pyopencl as cl\n"
             "from unifl.mod_op import ints\n"
             "from unifl.base_op import mont_mul_ref\n"
             "from unifl.backends.fpga.runtime import kernel_dir\n"
-            f"src = open({str(ROOT / 'rtl/ocl_lib/unifl_mm1024.cl')!r}).read() + '\\n' + "
-            f"open({str(ROOT / 'rtl/ocl_lib/montmul_rtl_kernel.cl')!r}).read()\n"
+            f"src = '\\n'.join(open({str(ROOT / 'rtl/ocl_lib')!r} + '/' + f).read() for f in "
+            "('unifl_mm1024.cl', 'unifl_mexp1024.cl', 'montmul_rtl_kernel.cl'))\n"
             "be0 = unifl.backend('fpga')\n"
             "prog = cl.Program(cl.Context([be0.runtime.device]), src)"
             ".build(options=[f'-I{kernel_dir()}'])\n"
             f"path = {str(tmp_path / 'rtl_lib.bin')!r}\n"
             "open(path, 'wb').write(prog.get_info(cl.program_info.BINARIES)[0])\n"
-            "be = unifl.backend('fpga', binary=path)\n"
             "m = secrets.randbits(1024) | (1 << 1023) | 1\n"
             "a = [0, 1, m - 1] + [secrets.randbelow(m) for _ in range(13)]\n"
             "b = [m - 1, 1, m - 1] + [secrets.randbelow(m) for _ in range(13)]\n"
+            "be = unifl.backend('fpga', binary=path)\n"
             "ok = ints.mont_mul(be, a, b, m) == [mont_mul_ref(x, y, m) for x, y in zip(a, b)]\n"
+            "exp = unifl.backend('fpga', binary=path, mode='modexp')\n"
+            "e = secrets.randbits(1024)\n"
+            "ok &= ints.mod_exp(exp, a, e, m) == [pow(x, e, m) for x in a]\n"
             "print('EXACT' if ok else 'WRONG', be.runtime.platform.version)\n")
     vendors = tmp_path / "vendors"
     vendors.mkdir()
@@ -499,3 +503,67 @@ def test_xclbin_is_launched_as_one_task(tmp_path, mode):
     else:
         assert ints.mod_exp(be, a, 65537, m) == [pow(x, 65537, m) for x in a]
     assert len(shapes) == 3 and all(s == ((1,), (1,)) for s in shapes), shapes  # 12 rows, chunk 5
+
+
+@pytest.mark.parametrize("mode", ["montmul", "modexp"])
+def test_xclbin_rows_left_unwritten_are_refused(tmp_path, mode):
+    """An .xclbin's out buffer is filled with all-ones rows before each launch and every row read
+    back must lie below m: a kernel that does not write its rows (what a failed AXI write leaves)
+    or writes all ones (what the RTL kernels write after an AXI read error) is refused with
+    FpgaDeviceError, never returned.  Stand-in: the PoCL binary with the runtime told it loaded an
+    .xclbin, and the kernel launch replaced by one that writes nothing."""
+    _fpga()
+    from unifl.backends.fpga.runtime import FpgaDeviceError, compile_binary
+    path = tmp_path / "kernels.bin"
+    compile_binary(str(path))
+    be = unifl.backend("fpga", binary=str(path), mode=mode)
+    be.runtime.binary_kind = "xclbin"
+    kernel = "montmul" if mode == "montmul" else "mont_exp"
+    be.runtime._kernels[(kernel, 16)] = lambda queue, gsz, lsz, *args: None
+    m = _modulus(1024)
+    a, b = _operands(m, 4)
+    with pytest.raises(FpgaDeviceError, match=r"of \d+ rows at or above the modulus \(first: row 0\)"):
+        if mode == "montmul":
+            ints.mont_mul(be, a, b, m)
+        else:
+            ints.mod_exp(be, a, 65537, m)
+
+
+def test_rtl_library_modexp_emulation_model_as_binary(tmp_path):
+    """rtl/ocl_lib in mode modexp: both emulation models and the kernels built on them compiled
+    into one binary and loaded as fpga.binary: mont_exp_L16 on unifl_mexp1024 (fixed 4-bit windows,
+    the RTL unit's schedule) is bit-exact with pow, and a launch with an exponent longer than the
+    unit holds (1024 bits) comes back as all-ones rows, refused with FpgaDeviceError."""
+    _fpga()
+    import pyopencl as cl
+    from unifl.backends.fpga.runtime import FpgaDeviceError, kernel_dir
+    be0 = _fpga()
+    src = "\n".join((ROOT / f"rtl/ocl_lib/{f}").read_text() for f in
+                    ("unifl_mm1024.cl", "unifl_mexp1024.cl", "montmul_rtl_kernel.cl"))
+    ctx = cl.Context([be0.runtime.device])
+    prog = cl.Program(ctx, src).build(options=[f"-I{kernel_dir()}"])
+    path = tmp_path / "rtl_lib.bin"
+    path.write_bytes(prog.get_info(cl.program_info.BINARIES)[0])
+    be = unifl.backend("fpga", binary=str(path), mode="modexp")
+    m = _modulus(1024)
+    a, _ = _operands(m, 7)
+    for e in (65537, (1 << 1024) - 1, 0, 1):
+        assert ints.mod_exp(be, a, e, m) == [pow(x, e, m) for x in a], e
+    with pytest.raises(FpgaDeviceError, match="rows at or above the modulus"):
+        ints.mod_exp(be, a[:2], 1 << 1024, m)
+
+
+def test_modexp_mode_encrypts_on_the_device():
+    """mode modexp: paillier_encrypt is native (paillier_enc_L<n>: the whole (1 + m·n)·r^n mod n²
+    in one launch, m and r in, the ciphertext out, the kernel the RTL encryption mirrors) and
+    bit-exact with cpu, edge plaintexts (0, n-1) and r = 1 included; mode montmul composes it."""
+    from unifl.phe_sdk.paillier import encrypt_limbs, keygen
+    be = _fpga(mode="modexp")
+    assert be.implements("paillier_encrypt") and not _fpga().implements("paillier_encrypt")
+    pk, _sk = keygen(1024)
+    n = pk.n
+    ms = [0, n - 1, 1] + [int.from_bytes(os.urandom(130), "little") % n for _ in range(5)]
+    rs = [1, n - 1, 2] + [int.from_bytes(os.urandom(130), "little") % (n - 1) + 1 for _ in range(5)]
+    got = pk.raw_encrypt(ms, backend=be, r_values=rs)
+    want = pk.raw_encrypt(ms, backend="cpu", r_values=rs)
+    assert got == want == [(1 + m * n) * pow(r, n, n * n) % (n * n) for m, r in zip(ms, rs)]

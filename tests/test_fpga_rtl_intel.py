@@ -155,3 +155,48 @@ def test_rtl_intel_ocl_throughput_scales_with_engines(n: int, tmp_path: Path) ->
     assert 0.95 * rate <= thr["accepted_per_1000_cycles"] <= 1.05 * rate, (thr, rate)
     print(f"\nIntel OCL library N={n}: {thr['accepted_per_1000_cycles']:.1f} calls per 1000 "
           f"cycles, latency {thr['latencies']}, capacity {thr['capacity']}")
+
+
+# ---- unifl_mexp1024: the exponentiation unit behind an OpenCL library function ---------------
+def test_mexp_spec_names_the_rtl_and_the_emulation_model() -> None:
+    """unifl_mexp1024.xml: the function mont_exp_L16 calls, the module's ports and widths, files
+    that exist, Intel's allowed attribute combination, and a capacity of two calls per engine plus
+    the result port."""
+    s = _spec("unifl_mexp1024.xml")
+    assert s["name"] == "unifl_mexp1024" and s["module"] == "unifl_mexp1024_ocl"
+    assert s["ports"] == {
+        "clock": ("AVALON", "clock"), "resetn": ("AVALON", "resetn"),
+        "ivalid": ("AVALON", "ivalid"), "iready": ("AVALON", "iready"),
+        "ovalid": ("AVALON", "ovalid"), "oready": ("AVALON", "oready"),
+        "x": ("INPUT", "1024"), "e": ("INPUT", "1024"), "m": ("INPUT", "1024"),
+        "r_mod": ("INPUT", "1024"), "n0": ("INPUT", "64"), "ebits": ("INPUT", "32"),
+        "result": ("OUTPUT", "1024")}, s["ports"]
+    for f in s["files"] + s["c_model"]:
+        assert (LIB / f).resolve().is_file(), f
+    assert {"../unifl_modexp.v", "../unifl_mm_engine.v", "unifl_mexp1024_ocl.v"} <= set(s["files"])
+    a = s["attrs"]
+    assert a["IS_STALL_FREE"] == "no" and a["IS_FIXED_LATENCY"] == "no"
+    assert int(a["CAPACITY"]) == 2 * s["params"]["NE"] + 1
+    kernel = (LIB / "montmul_rtl_kernel.cl").read_text()
+    assert "__kernel void mont_exp_L16(__global const ulong *restrict base" in kernel
+
+
+@pytest.mark.rtl
+def test_rtl_intel_mexp_library(tmp_path: Path) -> None:
+    """unifl_mexp1024_ocl with two engines: calls over two key contexts (the module reloads the
+    unit between them), bases 0, R mod m and m among them, random downstream stalls; every result
+    bit-exact (x̄^e in the Montgomery domain) and in call order."""
+    runner = icarus_runner()
+    from .rtl_sim import ENGINE_SOURCES
+    build = tmp_path / "sim_build"
+    runner.build(sources=ENGINE_SOURCES + [RTL / "unifl_modexp.v", LIB / "unifl_mexp1024_ocl.v"],
+                 hdl_toplevel="unifl_mexp1024_ocl", parameters={"NE": 2}, build_dir=build,
+                 timescale=("1ns", "1ps"))
+    xml = runner.test(hdl_toplevel="unifl_mexp1024_ocl", test_module="test_ocl_mexp1024",
+                      test_dir=RTL / "tb", build_dir=build,
+                      results_xml=str(tmp_path / "results.xml"),
+                      extra_env={"UNIFL_TB_CALLS": "1", "UNIFL_TB_EBITS": "4",
+                                 "PYTHONPATH": os.pathsep.join([str(RTL / "tb"), str(ROOT)])})
+    from cocotb_tools.runner import get_results
+    total, failed = get_results(xml)
+    assert total == 1 and failed == 0

@@ -1,4 +1,4 @@
-"""yosys synthesis of the RTL MontMult engine (rtl/unifl_mm_engine.v) through bench/fpga_synth.py.
+"""yosys synthesis of the RTL MontMult engine (rtl/unifl_mm_engine.v) through tools.fpga.synth.
 
 One synthesis (UltraScale+, ``synth_xilinx -family xcup``, 1024 bits: W = 64, D = 16) is shared by
 the module.  The tests hold the engine to its resource targets per 1024-bit engine -- at most 40
@@ -22,15 +22,13 @@ from typing import Any
 
 import pytest
 
-from .rtl_sim import ROOT, bench_module, engine_interval, icarus_runner
+from tools.fpga import synth
 
-
-
-synth = bench_module("fpga_synth")
+from .rtl_sim import ROOT, engine_interval, icarus_runner
 
 # Measured here with Debian's yosys 0.23 (0.23-6) on the engine as it stands; update them (and
 # docs/fpga.md) when the engine changes.
-MEASURED = {"dsp": 31, "lut": 1858, "lut_sites": 2376, "ff": 4876}
+MEASURED = {"dsp": 31, "lut": 2047, "lut_sites": 2565, "ff": 4876}
 TARGETS = {"dsp": 40, "lut_sites": 5000}   # per 1024-bit engine on UltraScale+
 
 needs_yosys = pytest.mark.skipif(
@@ -201,3 +199,71 @@ def test_gate_level_netlist_bit_exact(bits: int, flow: str, tmp_path: Path) -> N
     assert rep["interval"] == [engine_interval(bits // 64)], rep
     print(f"\ngate-level ({flow}) {bits}-bit: {rep['vectors']} vectors bit-exact, "
           f"interval {rep['interval'][0]} cycles")
+
+
+# ---- the exponentiation unit (rtl/unifl_modexp.v) ---------------------------------------------
+# One engine, two key contexts, 1024 bits, UltraScale+; measured with yosys 0.23 like MEASURED
+UNIT_MEASURED = {"dsp": 31, "lut": 2303, "lut_sites": 2973, "ff": 5015, "bram": 2.0}
+UNIT_TARGETS = {"dsp": 40, "lut_sites": 6000, "bram": 8}   # per 1024-bit unit with one engine
+
+
+@pytest.fixture(scope="module")
+def unit1024() -> dict[str, Any]:
+    if shutil.which("yosys") is None:
+        pytest.skip("yosys not installed (apt-get install -y yosys)")
+    return synth.synthesize("xcup", 1024, design="unit", engines=1, contexts=2)
+
+
+@needs_yosys
+@pytest.mark.rtl
+def test_unit_within_targets(unit1024: dict[str, Any]) -> None:
+    """unifl_modexp with one engine at 1024 bits: no latch, no logic loop, at most 40 DSP48E2,
+    6,000 LUT sites and 8 RAMB36; its tables in block RAM; every path as short as the engine's
+    (a DSP alone, at most 4 LUT levels and one 72-bit carry chain), and the figures docs/fpga.md
+    quotes within 5 %."""
+    r = unit1024
+    assert r["latches"] == 0 and r["latches_inferred"] == 0 and r["check_problems"] == 0
+    assert r["path"]["logic_loops"] == 0 and r["unknown_cells"] == {}
+    assert r["dsp"] <= UNIT_TARGETS["dsp"] and r["lut_sites"] <= UNIT_TARGETS["lut_sites"]
+    assert 1 <= r["bram"] <= UNIT_TARGETS["bram"], r["bram"]
+    for k in ("fast", "slow"):
+        w = r["path"][k]
+        if w["dsp"]:
+            assert w["dsp"] == 1 and w["cells"] == 0, w
+        assert w["lut_levels"] <= 4 and w["carry_cells"] <= 18, w
+    assert r["path"]["fmax_mhz"][0] >= 240, r["path"]
+    msg = (f"unit changed? update UNIT_MEASURED and docs/fpga.md ({r['dsp']} DSP, {r['lut']} LUT, "
+           f"{r['lut_sites']} LUT sites, {r['ff']} FF, {r['bram']} BRAM)")
+    assert r["dsp"] == UNIT_MEASURED["dsp"] and r["bram"] == UNIT_MEASURED["bram"], msg
+    for k in ("lut", "lut_sites", "ff"):
+        assert abs(r[k] - UNIT_MEASURED[k]) <= 0.05 * UNIT_MEASURED[k], msg
+
+
+@needs_yosys
+@pytest.mark.slow
+@pytest.mark.rtl
+def test_unit_gate_level_netlist_bit_exact(tmp_path: Path) -> None:
+    """yosys's generic gate-level netlist of unifl_modexp at 256 bits (one engine, K = 2 windows,
+    two key contexts) runs the RTL testbench's edge jobs bit-exactly (slow: Icarus runs the gate
+    netlist at a few cycles per second)."""
+    runner = icarus_runner()
+    from cocotb_tools.runner import get_results
+    params = {"W": 64, "D": 4, "NE": 1, "S": 2, "K": 2, "NM": 2}
+    netlist = synth.gate_netlist(256, tmp_path / "unit_256.v", design="unit", engines=1,
+                                 contexts=2, params="-set K 2")
+    build = tmp_path / "sim_build"
+    runner.build(sources=[netlist, synth.gate_sim_library("generic")], hdl_toplevel="unifl_modexp",
+                 build_dir=build, timescale=("1ns", "1ps"), build_args=["-g2012"])
+    rtl = ROOT / "rtl"
+    result = tmp_path / "measured.json"
+    xml = runner.test(hdl_toplevel="unifl_modexp", test_module="test_modexp", test_dir=rtl / "tb",
+                      build_dir=build, results_xml=str(tmp_path / "results.xml"),
+                      testcase=["modexp_back_to_back"],
+                      extra_env={"UNIFL_TB_BITS": "256", "UNIFL_TB_EBITS": "4",
+                                 "UNIFL_TB_JOBS": "0", "UNIFL_TB_RESULT": str(result),
+                                 **{f"UNIFL_TB_{k}": str(v) for k, v in params.items()},
+                                 "PYTHONPATH": os.pathsep.join([str(rtl / "tb"), str(ROOT)])})
+    total, failed = get_results(xml)
+    assert total == 1 and failed == 0, "the unit's gate-level netlist disagrees with pow"
+    rep = json.loads(result.read_text())
+    assert rep["modexp"]["jobs"] >= 5

@@ -95,7 +95,7 @@ module unifl_mm1024_ocl #(
     unifl_mm_cluster #(.W(W), .D(D), .N(N)) cluster (
         .clk(clock), .rst_n(resetn),
         .cfg_valid(c_cfg_valid), .cfg_ready(c_cfg_ready), .cfg_data(c_cfg_data),
-        .in_valid(c_in_valid), .in_ready(c_in_ready), .in_a(c_in_a), .in_b(c_in_b),
+        .in_valid(c_in_valid), .in_ready(c_in_ready), .in_a(c_in_a), .in_b(c_in_b), .in_mb(1'b0),
         .out_valid(c_out_valid), .out_ready(c_out_ready), .out_z(c_out_z), .out_last(c_out_last),
         .idle(c_idle));
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
+from unifl.core.montgomery import mont_context, mont_mul_ref
 
-from mm_vectors import edge_pairs, moduli, random_modulus  # noqa: E402
+from mm_vectors import edge_pairs, moduli, random_modulus
 
 CLK_NS = 10
 

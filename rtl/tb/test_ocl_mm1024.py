@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,10 +25,9 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
+from unifl.core.montgomery import mont_context, mont_mul_ref
 
-from mm_vectors import edge_pairs, moduli, random_modulus, record  # noqa: E402
+from mm_vectors import edge_pairs, moduli, random_modulus, record
 
 CLK_NS = 10
 BITS = 1024

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -28,16 +27,16 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from unifl.core.montgomery import mont_context, mont_mul_ref  # noqa: E402
+from unifl.core.montgomery import mont_context, mont_mul_ref
 
-from mm_vectors import MASK64, edge_pairs, moduli, record  # noqa: E402
+from mm_vectors import MASK64, edge_pairs, moduli, random_modulus, record
 
 CLK_NS = 10
 WORD = 8
 # register map (kernel.xml declares the same offsets)
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 ARG_A, ARG_B, ARG_OUT, ARG_CONSTS, ARG_N0, ARG_N = 0x10, 0x18, 0x20, 0x28, 0x30, 0x38
+STATUS = 0x40
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
 
 
@@ -52,6 +51,7 @@ class _Burst:
     beats: int
     sent: int = 0
     due: int = 0                             # cycle from which its R data / B response may go
+    bad: bool = False                        # a write burst answered with BRESP = SLVERR
 
 
 @dataclass
@@ -71,6 +71,10 @@ class AxiMemory:
     bpending: deque = field(default_factory=deque)
     stats: dict[str, int] = field(default_factory=lambda: {"ar": 0, "aw": 0, "r": 0, "w": 0,
                                                            "b": 0, "max_len": 0, "page_cuts": 0})
+    #: word addresses whose reads answer RRESP = SLVERR (their data still come back)
+    bad_reads: set[int] = field(default_factory=set)
+    #: word addresses whose write bursts answer BRESP = SLVERR and store nothing
+    bad_writes: set[int] = field(default_factory=set)
 
     def store(self, addr: int, value: int, nwords: int) -> None:
         for j in range(nwords):
@@ -151,6 +155,7 @@ class AxiMemory:
             # W beats complete an AW burst (W may run ahead of AW): write it, queue its response
             while self.writes and len(self.wbeats) >= self.writes[0].beats:
                 wb = self.writes.popleft()
+                wb.bad = any((wb.addr // WORD + j) in self.bad_writes for j in range(wb.beats))
                 for j in range(wb.beats):
                     data, _, last = self.wbeats.popleft()
                     assert last == (j == wb.beats - 1), \
@@ -158,7 +163,8 @@ class AxiMemory:
                     addr = wb.addr + j * WORD
                     lo, hi = self.writable
                     assert lo <= addr < hi, f"write to {addr:#x} outside out [{lo:#x}, {hi:#x})"
-                    self.words[addr // WORD] = data
+                    if not wb.bad:
+                        self.words[addr // WORD] = data
                 wb.due = self.cycle + self.latency
                 self.bpending.append(wb)
             await RisingEdge(d.ap_clk)
@@ -172,13 +178,16 @@ class AxiMemory:
                     and not _chance(self.stall)
                 if rvalid:
                     head = self.reads[0]
-                    d.m_axi_gmem_RDATA.value = self.words.get(head.addr // WORD + head.sent, 0)
+                    word = head.addr // WORD + head.sent
+                    d.m_axi_gmem_RDATA.value = self.words.get(word, 0)
                     d.m_axi_gmem_RLAST.value = int(head.sent == head.beats - 1)
+                    d.m_axi_gmem_RRESP.value = 2 if word in self.bad_reads else 0
                 d.m_axi_gmem_RVALID.value = int(rvalid)
             if b_fire or not bvalid:
                 bvalid = bool(self.bpending) and self.bpending[0].due <= self.cycle \
                     and not _chance(self.stall)
                 d.m_axi_gmem_BVALID.value = int(bvalid)
+                d.m_axi_gmem_BRESP.value = 2 if bvalid and self.bpending[0].bad else 0
 
 
 # ---------------------------------------------------------------------------- AXI4-Lite master
@@ -450,3 +459,45 @@ async def throughput(dut):
     record("throughput", {"rows": n, "cycles": elapsed, "engines": engines,
                            "rows_per_1000_cycles": round(rate, 3),
                            "steady_rows_per_1000_cycles": round(steady, 3)})
+
+
+@cocotb.test(timeout_time=5, timeout_unit="ms")
+async def memory_errors(dut):
+    """RRESP = SLVERR on a word of a: status bit 0, and that row and every later one come back all
+    ones (above any m); BRESP = SLVERR on an out burst: status bit 1 and its rows keep the host's
+    fill; the next clean launch has status 0 again."""
+    mem, lite, cycles = await _setup(dut)
+    d = _words_per_row()
+    ones = (1 << (64 * d)) - 1
+    m = random_modulus(64 * d)
+    ctx = mont_context(m)
+    for bad in ("read", "write", None):
+        pairs = [(secrets.randbelow(m), secrets.randbelow(m)) for _ in range(3)]
+        a_b, b_b, o_b, c_b = _base(0), _base(0), _base(0), _base(0)
+        for i, (x, y) in enumerate(pairs):
+            mem.store(a_b + i * d * WORD, x, d)
+            mem.store(b_b + i * d * WORD, y, d)
+            mem.store(o_b + i * d * WORD, ones, d)
+        mem.store(c_b, m, d)
+        mem.store(c_b + d * WORD, ctx.r_mod, d)
+        mem.writable = (o_b, o_b + 3 * d * WORD)
+        mem.bad_reads = {a_b // WORD + d} if bad == "read" else set()
+        mem.bad_writes = {o_b // WORD} if bad == "write" else set()
+        for reg, val in ((ARG_A, a_b), (ARG_B, b_b), (ARG_OUT, o_b), (ARG_CONSTS, c_b),
+                         (ARG_N0, ctx.n0inv)):
+            await lite.write64(reg, val)
+        await lite.write(ARG_N, 3)
+        await lite.write(CTRL, AP_START)
+        while not (await lite.read(CTRL)) & AP_DONE:
+            pass
+        status = await lite.read(STATUS)
+        rows = [mem.load(o_b + i * d * WORD, d) for i in range(3)]
+        want = [mont_mul_ref(x, y, m) for x, y in pairs]
+        if bad == "read":
+            assert status == 1 and rows[1:] == [ones, ones], (status, rows)
+        elif bad == "write":
+            assert status == 2 and rows[0] == ones, (status, rows)
+        else:
+            assert status == 0 and rows == want, (status, rows)
+    mem.bad_reads, mem.bad_writes = set(), set()
+

@@ -41,8 +41,16 @@
 //      its beats, so W never waits on the engines once AW is issued; AW and the first W beat are
 //      offered together (the AXI rule: a master must not wait for AWREADY before WVALID).
 //   5. ap_done when every write response has come back (so the data is in memory).
-// Pointers must be 8-byte aligned (XRT buffers are 4 KiB aligned).  RRESP/BRESP errors are not
-// reported (the ap_ctrl_hs register map has no error bit).
+// Pointers must be 8-byte aligned (XRT buffers are 4 KiB aligned).
+//
+// Contract of the rows: a, b < 2^(64 D) with a < m or b < m; then out = a b R^-1 mod m < m exactly
+// (T < 2m before the one subtraction).  The host checks its operands below m before they come
+// here (unifl.core.montgomery.MontContext.check_operands).
+//
+// Memory errors: 0x40 status (R) holds sticky bits of the last run, 0 an RRESP error and 1 a BRESP
+// error.  An OpenCL host cannot read it, so errors also reach it in the data: after an RRESP error
+// every row written from then on is all ones (above any m: no MontMult returns it), and a failed
+// write leaves the host's own fill of out (all ones) in place; the host checks every row against m.
 `timescale 1ns / 1ps
 `default_nettype none
 
@@ -127,12 +135,14 @@ module unifl_vitis_montmul #(
     localparam [11:0] A_CTRL = 12'h00, A_GIE = 12'h04, A_IER = 12'h08, A_ISR = 12'h0C,
                       A_A_LO = 12'h10, A_A_HI = 12'h14, A_B_LO = 12'h18, A_B_HI = 12'h1C,
                       A_O_LO = 12'h20, A_O_HI = 12'h24, A_C_LO = 12'h28, A_C_HI = 12'h2C,
-                      A_N0_LO = 12'h30, A_N0_HI = 12'h34, A_N = 12'h38;
+                      A_N0_LO = 12'h30, A_N0_HI = 12'h34, A_N = 12'h38, A_STATUS = 12'h40;
 
     reg        reg_start, reg_done, reg_ready, reg_gie;
     reg [1:0]  reg_ier, reg_isr;
     reg [63:0] arg_a, arg_b, arg_out, arg_consts, arg_n0;
     reg [31:0] arg_n;
+    reg [1:0]  status;             // sticky: 0 RRESP error, 1 BRESP error (cleared by ap_start)
+    reg        poison;             // rows written from now on are all ones
     wire       run_idle;           // the data path has no run in progress
     wire       run_done_pulse;     // one cycle: the run finished (every write response is back)
     wire       run_take_start;     // one cycle: the data path takes ap_start
@@ -220,6 +230,7 @@ module unifl_vitis_montmul #(
                     A_N0_LO: ctl_rdata <= arg_n0[31:0];
                     A_N0_HI: ctl_rdata <= arg_n0[63:32];
                     A_N:     ctl_rdata <= arg_n;
+                    A_STATUS: ctl_rdata <= {30'd0, status};
                     default: ctl_rdata <= 32'd0;
                 endcase
                 if (ctl_raddr == A_CTRL) begin
@@ -265,7 +276,7 @@ module unifl_vitis_montmul #(
     unifl_mm_cluster #(.W(W), .D(D), .N(N)) cluster (
         .clk(ap_clk), .rst_n(rst_n_q),
         .cfg_valid(cl_cfg_valid), .cfg_ready(cl_cfg_ready), .cfg_data(cl_cfg_data),
-        .in_valid(cl_in_valid), .in_ready(cl_in_ready), .in_a(cl_in_a), .in_b(cl_in_b),
+        .in_valid(cl_in_valid), .in_ready(cl_in_ready), .in_a(cl_in_a), .in_b(cl_in_b), .in_mb(1'b0),
         .out_valid(cl_out_valid), .out_ready(cl_out_ready), .out_z(cl_out_z),
         .out_last(cl_out_last), .idle(cl_idle));
 
@@ -362,7 +373,7 @@ module unifl_vitis_montmul #(
     assign m_axi_gmem_AWSIZE  = 3'd3;
     assign m_axi_gmem_AWBURST = 2'b01;
     assign m_axi_gmem_WVALID  = w_active && (w_sent != w_beats);
-    assign m_axi_gmem_WDATA   = fifo_o[o_rd[FA-1:0]];
+    assign m_axi_gmem_WDATA   = poison ? {W{1'b1}} : fifo_o[o_rd[FA-1:0]];
     assign m_axi_gmem_WSTRB   = {(C_M_AXI_GMEM_DATA_WIDTH/8){1'b1}};
     assign m_axi_gmem_WLAST   = (w_sent == w_beats - 9'd1);
     assign m_axi_gmem_BREADY  = 1'b1;
@@ -381,7 +392,7 @@ module unifl_vitis_montmul #(
             rd_left <= 0; cfg_left <= 0; cfg_beats <= 0; wr_left <= 0;
             bursts_issued <= 0; bursts_acked <= 0;
             w_beats <= 9'd1; w_sent <= 0; ar_beats <= 9'd1; ar_kind <= K_C;
-            pair_beats <= 0; run_n0 <= 0;
+            pair_beats <= 0; run_n0 <= 0;  status <= 2'b00;  poison <= 1'b0;
         end else begin
             // ---------------- FIFO pointers and R routing
             if (r_fire && state == S_RUN) begin
@@ -394,7 +405,13 @@ module unifl_vitis_montmul #(
             end
             if (push_o) o_wr <= o_wr + 1'b1;
             if (w_fire) o_rd <= o_rd + 1'b1;
-            if (m_axi_gmem_BVALID) bursts_acked <= bursts_acked + 1'b1;
+            if (m_axi_gmem_BVALID) begin
+                bursts_acked <= bursts_acked + 1'b1;
+                if (m_axi_gmem_BRESP != 2'b00) status[1] <= 1'b1;
+            end
+            if (r_fire && m_axi_gmem_RRESP != 2'b00) begin
+                status[0] <= 1'b1;  poison <= 1'b1;
+            end
 
             case (state)
             S_IDLE: if (reg_start) begin
@@ -408,6 +425,8 @@ module unifl_vitis_montmul #(
                 cfg_left    <= D;
                 cfg_beats   <= D;
                 r_to_b      <= 1'b0;
+                status      <= 2'b00;
+                poison      <= 1'b0;
                 bursts_issued <= 0;
                 bursts_acked  <= 0;
                 // no rows: nothing to read or write (the cluster keeps its last modulus)

@@ -8,8 +8,9 @@
 # Usage (Vivado 2022.1 or newer, from any directory):
 #   vivado -mode batch -source rtl/xilinx/package_kernel.tcl \
 #          -tclargs montmul_L16 build/montmul_L16.xo [engines] [part]
-#   kernel:  montmul_L16 (1024-bit) or montmul_L32 (2048-bit)
-#   engines: MontMult engines in the kernel's cluster (default 4)
+#   kernel:  montmul_L16 / montmul_L32 (the MontMult cluster), mont_exp_L16 / mont_exp_L32 or
+#            paillier_enc_L32 / paillier_enc_L64 (the exponentiation unit, modexp_kernel.v)
+#   engines: MontMult engines in the kernel (default 4)
 #   part:    the card's FPGA part (default a VU13P; use the part of your platform's .xpfm)
 # Then link for the card (see docs/fpga-xilinx.md):
 #   v++ -l -t hw --platform <platform.xpfm> build/montmul_L16.xo -o build/montmul.xclbin
@@ -21,9 +22,12 @@ set kernel  [lindex $argv 0]
 set xo_path [file normalize [lindex $argv 1]]
 set engines [expr {[llength $argv] > 2 ? [lindex $argv 2] : 4}]
 set part    [expr {[llength $argv] > 3 ? [lindex $argv 3] : "xcvu13p-fhgb2104-2-e"}]
-if {$kernel ni {montmul_L16 montmul_L32}} {
-    error "kernel must be montmul_L16 or montmul_L32, not $kernel"
+set montmul_kernels {montmul_L16 montmul_L32}
+set modexp_kernels {mont_exp_L16 mont_exp_L32 paillier_enc_L32 paillier_enc_L64}
+if {$kernel ni [concat $montmul_kernels $modexp_kernels]} {
+    error "kernel must be one of $montmul_kernels $modexp_kernels, not $kernel"
 }
+set is_montmul [expr {$kernel in $montmul_kernels}]
 
 set here [file dirname [file normalize [info script]]]
 set rtl  [file dirname $here]
@@ -33,8 +37,13 @@ file mkdir $work
 
 # ---- a throw-away project holding the sources, top = the kernel name
 create_project -force pack_$kernel $work/project -part $part
-set sources [list $here/montmul_kernel.v $rtl/unifl_mm_cluster.v $rtl/unifl_mm_engine.v]
-if {[file exists $rtl/unifl_mm_parts.v]} { lappend sources $rtl/unifl_mm_parts.v }
+if {$is_montmul} {
+    set sources [list $here/montmul_kernel.v $rtl/unifl_mm_cluster.v $rtl/unifl_mm_engine.v \
+                 $rtl/unifl_mm_parts.v]
+} else {
+    set sources [list $here/modexp_kernel.v $rtl/unifl_modexp.v $rtl/unifl_mm_engine.v \
+                 $rtl/unifl_mm_parts.v]
+}
 add_files -norecurse $sources
 set_property top $kernel [current_fileset]
 set_property generic "N=$engines" [current_fileset]
@@ -69,7 +78,7 @@ if {$mm eq ""} {
 set blk [ipx::get_address_blocks reg0 -of_objects $mm]
 if {$blk eq ""} { set blk [ipx::add_address_block reg0 $mm] }
 set_property range 0x1000 $blk
-foreach {name offset bits pointer} {
+set regs_montmul {
     CTRL   0x000 32 0
     GIER   0x004 32 0
     IP_IER 0x008 32 0
@@ -80,7 +89,52 @@ foreach {name offset bits pointer} {
     consts 0x028 64 1
     n0     0x030 64 0
     n      0x038 32 0
-} {
+    status 0x040 32 0
+}
+set regs_mont_exp {
+    CTRL     0x000 32 0
+    GIER     0x004 32 0
+    IP_IER   0x008 32 0
+    IP_ISR   0x00C 32 0
+    base     0x010 64 1
+    exps     0x018 64 1
+    out      0x020 64 1
+    scratch  0x028 64 1
+    consts   0x030 64 1
+    n0       0x038 64 0
+    n        0x040 32 0
+    le       0x048 32 0
+    e_stride 0x050 32 0
+    ebits    0x058 32 0
+    w        0x060 32 0
+    status   0x068 32 0
+}
+set regs_paillier_enc {
+    CTRL    0x000 32 0
+    GIER    0x004 32 0
+    IP_IER  0x008 32 0
+    IP_ISR  0x00C 32 0
+    msg     0x010 64 1
+    rnd     0x018 64 1
+    nexp    0x020 64 1
+    out     0x028 64 1
+    scratch 0x030 64 1
+    consts  0x038 64 1
+    n0      0x040 64 0
+    n       0x048 32 0
+    le      0x050 32 0
+    ebits   0x058 32 0
+    w       0x060 32 0
+    status  0x068 32 0
+}
+if {$is_montmul} {
+    set regs $regs_montmul
+} elseif {[string match mont_exp_* $kernel]} {
+    set regs $regs_mont_exp
+} else {
+    set regs $regs_paillier_enc
+}
+foreach {name offset bits pointer} $regs {
     set reg [ipx::add_register $name $blk]
     set_property address_offset $offset $reg
     set_property size $bits $reg
@@ -96,11 +150,21 @@ ipx::check_integrity -kernel $core
 ipx::save_core $core
 close_project -delete
 
-# ---- the kernel description: kernel.xml, renamed for the 2048-bit top
-set xml_in [open $here/kernel.xml r]
+# ---- the kernel description, renamed for the other size
+if {$is_montmul} {
+    set xml_file $here/kernel.xml
+    set xml_name montmul_L16
+} elseif {[string match mont_exp_* $kernel]} {
+    set xml_file $here/kernel_modexp.xml
+    set xml_name mont_exp_L16
+} else {
+    set xml_file $here/kernel_paillier_enc.xml
+    set xml_name paillier_enc_L32
+}
+set xml_in [open $xml_file r]
 set xml [read $xml_in]
 close $xml_in
-set xml [string map [list montmul_L16 $kernel] $xml]
+set xml [string map [list $xml_name $kernel] $xml]
 set xml_path $work/kernel_$kernel.xml
 set xml_out [open $xml_path w]
 puts -nonewline $xml_out $xml

@@ -7,7 +7,9 @@ the generic layers (``unifl.mod_op``, ``unifl.phe_sdk``), exactly as for any bac
 only ``mont_mul``.
 
 Beyond UniFL, ``mode="modexp"`` adds the FLASH-style on-device exponentiation loop: ``mont_exp`` is
-then native, and one ModExp is one kernel launch instead of ~1.2·bits MontMult launches.
+then native, and one ModExp is one kernel launch instead of ~1.2·bits MontMult launches; so is
+``paillier_encrypt`` ((1 + m·n)·r^n mod n², ``paillier_enc_L<n>``) where the program carries it
+(always when built from source; a prebuilt binary only if it has that kernel).
 
 One instance drives one OpenCL device; several cards are several instances, and a batch is split
 across them only by the scheduler's multi-device wrapper.  What an instance derives from a
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...core.contract import Limbs
+from ...core.keys import PaillierPublicMaterial
 from ...core.montgomery import MontContext
 from ...core.errors import BackendUnavailable, ConfigError
 from ...core.backend import Backend, ProbeResult, Request, Support
@@ -86,6 +89,11 @@ class FpgaBackend(Backend):
             binary=opts.binary, engines=opts.engines, chunk=opts.chunk,
             in_flight=opts.in_flight, local_size=opts.local_size,
             build_options=opts.build_options)
+        # the whole encryption on the device, where the program has the kernel for it
+        carried = self.runtime.binary_kernels()       # None: built from source, every kernel
+        if mode == "modexp" and (carried is None or any(
+                k.startswith("paillier_enc_L") for k in carried)):
+            self.instance_ops = self.instance_ops | {"paillier_encrypt"}
 
     @classmethod
     def select_device(cls, value: Any) -> dict[str, Any]:
@@ -153,7 +161,7 @@ class FpgaBackend(Backend):
         """a·b·R^-1 mod m on the device, R = 2^(64·L)."""
         host_a = _host(a)
         return self.runtime.mont_mul(self._consts(ctx), ctx.n0inv, host_a,
-                                     host_a if b is a else _host(b))
+                                     host_a if b is a else _host(b), ctx.m_limbs)
 
     # ---- optional on-device ModExp (mode="modexp")
     def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
@@ -164,4 +172,22 @@ class FpgaBackend(Backend):
         w = self.window or min(window_bits(max(ebits, 1)), 6)
         return self.runtime.mont_exp(self._consts(ctx), ctx.n0inv,
                                      np.ascontiguousarray(base_mont), np.ascontiguousarray(exps),
-                                     ebits, w)
+                                     ebits, w, ctx.m_limbs)
+
+    # ---- Paillier encryption on the device (mode="modexp", kernel paillier_enc_L<n>)
+    def op_paillier_encrypt(self, pk: PaillierPublicMaterial, m: Limbs, r: Limbs) -> Limbs:
+        """(1 + m·n)·r^n mod n² in Montgomery form, the exponentiation over e = n on the device;
+        the key's constants [n², R, R², n·R mod n²] are uploaded once per key record."""
+        from ...core.exponents import window_bits
+        from ...core.limbs import to_limbs
+        ctx = pk.nsquare_ctx
+        L = ctx.num_limbs
+        consts = self.state.get(pk, "paillier_constants", lambda: self.runtime.upload_rows(
+            [ctx.m_limbs, *to_limbs([ctx.r_mod, ctx.r2, pk.n * ctx.R % ctx.m], L)],
+            "Paillier key constants"))
+        ebits = pk.n.bit_length()
+        w = self.window or min(window_bits(ebits), 6)
+        nexp = np.ascontiguousarray(pk.n_ctx.m_limbs.reshape(1, -1))
+        return self.runtime.paillier_enc(consts, ctx.n0inv, np.ascontiguousarray(_host(m)),
+                                         np.ascontiguousarray(_host(r)), nexp, ebits, w, L,
+                                         ctx.m_limbs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 def package_data(ctx: object) -> list[str]:
     """The OpenCL C kernel sources."""
-    return ["kernels/*.cl"]
+    return ["kernels/*.cl", "kernels/*.h"]
 
 
 def extras_require(ctx: object) -> dict[str, list[str]]:

@@ -19,6 +19,16 @@ program built from source, a PoCL binary or an ``.aocx``; one work-item (``clEnq
 and local size 1) for an ``.xclbin``.  XRT runs a kernel as one compute-unit task, AMD's Vitis guide
 recommends ``clEnqueueTask`` for a single compute unit, and an RTL kernel has no work-items at all:
 it takes ``n`` and walks every row itself, as the source kernels do when their global size is 1.
+A batch goes out whole: one launch per chunk, MontMult or whole exponentiation alike, so a binary
+that carries ``mont_exp_L<n>`` built on the RTL exponentiation unit (``rtl/xilinx``: an .xclbin;
+``rtl/ocl_lib``: an .aocx) runs ``mode: modexp`` with the chunk's operands and results as the only
+transfers.
+
+Results of a prebuilt binary are checked: the output buffer is filled with all-ones rows before
+the launch and every row read back must lie below the modulus.  The RTL kernels write all-ones
+rows after a memory (AXI RRESP) error or for an exponent longer than the unit holds, and a row
+whose write failed (BRESP) keeps the fill; no MontMult or exponentiation returns such a row, so
+either is refused with :class:`FpgaDeviceError`.
 
 Batches are cut in chunks that cycle through a ring of device buffer sets, one in-order command queue
 per slot, so the upload of chunk k+1 overlaps the kernel of chunk k and the download of chunk k-1
@@ -44,6 +54,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...core.errors import BackendUnavailable, DeviceError
+from ...core.limbs import less_than
 
 if TYPE_CHECKING:       # for annotations only: pyopencl itself is imported lazily (import_cl)
     import pyopencl
@@ -424,8 +435,9 @@ class ClRuntime:
             except (AttributeError, self.cl.Error) as exc:
                 have = self.binary_sizes()
                 fix = (f"add L={limbs} to all_sizes.cl and rebuild it" if limbs not in have else
-                       f"it carries other kernels of that size but not {name} (an RTL kernel "
-                       "binary has montmul_L<n> only: use fpga mode montmul)")
+                       f"it carries other kernels of that size but not {name} (an RTL .xclbin "
+                       "has mont_exp_L<n> only when modexp_kernel.v's .xo was linked into it, "
+                       "docs/fpga-xilinx.md; else use fpga mode montmul)")
                 raise FpgaBuildError(
                     f"kernel {full} ({64 * limbs}-bit moduli) is not in fpga.binary "
                     f"{self.binary_path!r}, which carries limb counts {have}; {fix}") from exc
@@ -442,6 +454,16 @@ class ClRuntime:
                              hostbuf=host)
         except cl.Error as exc:
             raise self.fault("clCreateBuffer (modulus constants)", exc) from exc
+
+    def upload_rows(self, rows: list[np.ndarray], what: str) -> pyopencl.Buffer:
+        """Rows of limbs as one read-only buffer (key constants, uploaded once per key)."""
+        cl = self.cl
+        host = np.ascontiguousarray(np.concatenate(rows).astype(np.uint64))
+        try:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                             hostbuf=host)
+        except cl.Error as exc:
+            raise self.fault(f"clCreateBuffer ({what})", exc) from exc
 
     def fault(self, call: str, exc: BaseException) -> FpgaDeviceError:
         """The typed error for OpenCL ``call`` failing with the driver's ``exc``."""
@@ -469,11 +491,35 @@ class ClRuntime:
             return (g,), (ls,)
         return (g,), None
 
-    def mont_mul(self, consts: pyopencl.Buffer, n0: int, a: np.ndarray, b: np.ndarray
-                 ) -> np.ndarray:
-        """out = a·b·R^-1 mod m, chunked through the buffer ring (uploads overlap compute)."""
+    def _fill_out(self, q: pyopencl.CommandQueue, buf: pyopencl.Buffer, nbytes: int) -> None:
+        """All-ones rows in ``buf`` before a prebuilt binary's launch: a row the kernel does not
+        write stays above every modulus (see :meth:`check_rows`)."""
+        if self.binary_kind is not None:
+            self.cl.enqueue_fill_buffer(q, buf, np.array([~np.uint64(0)], dtype=np.uint64), 0,
+                                        nbytes)
+
+    def check_rows(self, out: np.ndarray, m_limbs: np.ndarray | None, kernel: str) -> None:
+        """Every row of a prebuilt binary's result below m, else :class:`FpgaDeviceError` naming
+        the rows: an all-ones row is what the RTL kernels write after a memory error, and what
+        the fill leaves where a write failed."""
+        if self.binary_kind is None or m_limbs is None or out.shape[0] == 0:
+            return
+        bad = np.flatnonzero(~less_than(out, m_limbs))
+        if bad.size:
+            raise FpgaDeviceError(
+                f"{kernel} on {self.describe()} returned {bad.size} of {out.shape[0]} rows at or "
+                f"above the modulus (first: row {int(bad[0])}): the kernel reported a memory "
+                "error (AXI RRESP/BRESP) or an exponent longer than it holds, or did not write "
+                "them; an RTL kernel's status register says which")
+
+    def mont_mul(self, consts: pyopencl.Buffer, n0: int, a: np.ndarray, b: np.ndarray,
+                 m_limbs: np.ndarray | None = None) -> np.ndarray:
+        """out = a·b·R^-1 mod m, chunked through the buffer ring (uploads overlap compute);
+        ``m_limbs`` (m) lets an .xclbin's rows be checked (:meth:`check_rows`)."""
         with self._lock:
-            return self._mont_mul(consts, n0, a, b)
+            out = self._mont_mul(consts, n0, a, b)
+        self.check_rows(out, m_limbs, f"montmul_L{a.shape[1]}")
+        return out
 
     def _mont_mul(self, consts: pyopencl.Buffer, n0: int, a: np.ndarray, b: np.ndarray
                   ) -> np.ndarray:
@@ -505,6 +551,8 @@ class ClRuntime:
                     call = "clEnqueueWriteBuffer"
                     cl.enqueue_copy(q, db, b[s:e], is_blocking=False)
                 gsz, lsz = self._global(rows)
+                call = "clEnqueueFillBuffer"
+                self._fill_out(q, do, nbytes)
                 call = f"clEnqueueNDRangeKernel (montmul_L{limbs})"
                 knl(q, gsz, lsz, da, db, do, consts, np.uint64(n0), np.uint32(rows))
                 call = "clEnqueueReadBuffer"
@@ -516,11 +564,13 @@ class ClRuntime:
         return out
 
     def mont_exp(self, consts: pyopencl.Buffer, n0: int, base: np.ndarray, exps: np.ndarray,
-                 ebits: int, window: int) -> np.ndarray:
+                 ebits: int, window: int, m_limbs: np.ndarray | None = None) -> np.ndarray:
         """out = x̄^e (Montgomery form) with the whole exponentiation on the device: one launch
-        per chunk instead of ~1.2·ebits MontMult launches."""
+        per chunk instead of ~1.2·ebits MontMult launches; ``m_limbs`` as in :meth:`mont_mul`."""
         with self._lock:
-            return self._mont_exp(consts, n0, base, exps, ebits, window)
+            out = self._mont_exp(consts, n0, base, exps, ebits, window)
+        self.check_rows(out, m_limbs, f"mont_exp_L{base.shape[1]}")
+        return out
 
     def _mont_exp(self, consts: pyopencl.Buffer, n0: int, base: np.ndarray, exps: np.ndarray,
                   ebits: int, window: int) -> np.ndarray:
@@ -548,10 +598,62 @@ class ClRuntime:
                 call = "clEnqueueWriteBuffer"
                 cl.enqueue_copy(q, dx, base[s:e], is_blocking=False)
                 cl.enqueue_copy(q, de, np.ascontiguousarray(ex), is_blocking=False)
+                call = "clEnqueueFillBuffer"
+                self._fill_out(q, do, rows * limbs * 8)
                 call = f"clEnqueueNDRangeKernel (mont_exp_L{limbs})"
                 knl(q, gsz, lsz, dx, de, do, scratch, consts, np.uint64(n0), np.uint32(rows),
                     np.uint32(le), np.uint32(0 if shared else le), np.uint32(ebits),
                     np.uint32(window))
+                call = "clEnqueueReadBuffer"
+                events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
+            call = "clWaitForEvents"
+            cl.wait_for_events(events)
+        except cl.Error as exc:
+            raise self.fault(call, exc) from exc
+        return out
+
+
+    def paillier_enc(self, consts: pyopencl.Buffer, n0: int, msg: np.ndarray, rnd: np.ndarray,
+                     nexp: np.ndarray, ebits: int, window: int, limbs: int,
+                     m_limbs: np.ndarray | None = None) -> np.ndarray:
+        """(1 + m·n)·r^n·R mod n², Montgomery form, the whole encryption on the device
+        (``paillier_enc_L<limbs>``): the rows of m and r (n-sized) go in, the ciphertexts come
+        back; ``consts`` = [n², R, R², n·R mod n²]."""
+        with self._lock:
+            out = self._paillier_enc(consts, n0, msg, rnd, nexp, ebits, window, limbs)
+        self.check_rows(out, m_limbs, f"paillier_enc_L{limbs}")
+        return out
+
+    def _paillier_enc(self, consts: pyopencl.Buffer, n0: int, msg: np.ndarray, rnd: np.ndarray,
+                      nexp: np.ndarray, ebits: int, window: int, limbs: int) -> np.ndarray:
+        cl = self.cl
+        n, le = msg.shape
+        out = np.empty((n, limbs), dtype=np.uint64)
+        knl = self.kernel("paillier_enc", limbs)
+        events: list[pyopencl.Event] = []
+        call = "clCreateBuffer"
+        try:
+            for k, s in enumerate(range(0, n, self.chunk)):
+                e = min(n, s + self.chunk)
+                rows = e - s
+                slot = self.slots[k % len(self.slots)]
+                gsz, lsz = self._global(rows)
+                call = "clCreateBuffer"
+                dm = self._buf(slot, "a", rows * le * 8)
+                dr = self._buf(slot, "b", rows * le * 8)
+                do = self._buf(slot, "out", rows * limbs * 8)
+                de = self._buf(slot, "exp", nexp.size * 8)
+                scratch = self._buf(slot, "table", gsz[0] * (1 << window) * limbs * 8)
+                q = slot.queue
+                call = "clEnqueueWriteBuffer"
+                cl.enqueue_copy(q, dm, np.ascontiguousarray(msg[s:e]), is_blocking=False)
+                cl.enqueue_copy(q, dr, np.ascontiguousarray(rnd[s:e]), is_blocking=False)
+                cl.enqueue_copy(q, de, np.ascontiguousarray(nexp), is_blocking=False)
+                call = "clEnqueueFillBuffer"
+                self._fill_out(q, do, rows * limbs * 8)
+                call = f"clEnqueueNDRangeKernel (paillier_enc_L{limbs})"
+                knl(q, gsz, lsz, dm, dr, de, do, scratch, consts, np.uint64(n0),
+                    np.uint32(rows), np.uint32(le), np.uint32(ebits), np.uint32(window))
                 call = "clEnqueueReadBuffer"
                 events.append(cl.enqueue_copy(q, out[s:e], do, is_blocking=False))
             call = "clWaitForEvents"

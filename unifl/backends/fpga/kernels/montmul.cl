@@ -176,4 +176,80 @@ __kernel void SFX(mont_exp)(__global const ulong *restrict base, __global const 
     }
 }
 
+/* Paillier encryption with g = n + 1, the whole exponentiation on the device (mode modexp):
+ * out[i] = (1 + msg_i n) r_i^n R mod n^2, the ciphertext in Montgomery form, for msg_i, r_i rows of
+ * le limbs (< n, zero-extended to L) and nexp = n (le limbs, ebits bits).  consts = [n^2, R mod n^2,
+ * R^2 mod n^2, n R mod n^2] (L limbs each).  r enters the domain with R^2; 1 + m n is m (n R) R^-1
+ * plus one (m n < n^2: no reduction), taken into the domain with R^2; the ladder is mont_exp's. */
+__kernel void SFX(paillier_enc)(__global const ulong *restrict msg, __global const ulong *restrict rnd,
+                                __global const ulong *restrict nexp, __global ulong *restrict out,
+                                __global ulong *restrict scratch, __constant const ulong *consts,
+                                const ulong n0, const uint n, const uint le, const uint ebits,
+                                const uint w)
+{
+    const uint stride = (uint)get_global_size(0);
+    const uint gid = (uint)get_global_id(0);
+    __global ulong *table = scratch + (size_t)gid * ((size_t)1 << w) * L;
+    __constant const ulong *r_mod = consts + L;
+    const uint nwin = (ebits + w - 1) / w;
+    const ulong mask = (w >= 64) ? ~(ulong)0 : (((ulong)1 << w) - 1);
+    ulong x[L], acc[L], tmp[L], mod[L], c2[L], g[L];
+    for (int j = 0; j < L; ++j) mod[j] = consts[j];
+    for (uint i = gid; i < n; i += stride) {
+        /* r into the domain: table[1] = r R */
+        for (int j = 0; j < L; ++j) {
+            tmp[j] = (uint)j < le ? rnd[(size_t)i * le + j] : 0;
+            c2[j] = consts[2 * L + j];
+        }
+        SFX(mm)(tmp, c2, x, mod, n0);
+        for (int j = 0; j < L; ++j) {
+            table[j] = r_mod[j];
+            table[L + j] = x[j];
+            acc[j] = x[j];
+        }
+        for (uint d = 2; d < ((uint)1 << w); ++d) {
+            SFX(mm)(acc, x, tmp, mod, n0);
+            for (int j = 0; j < L; ++j) { acc[j] = tmp[j]; table[(size_t)d * L + j] = tmp[j]; }
+        }
+        int started = 0;
+        for (int j = 0; j < L; ++j) acc[j] = r_mod[j];
+        for (int win = (int)nwin - 1; win >= 0; --win) {
+            if (started) {
+                for (uint s = 0; s < w; ++s) {
+                    SFX(mm)(acc, acc, tmp, mod, n0);
+                    for (int j = 0; j < L; ++j) acc[j] = tmp[j];
+                }
+            }
+            const uint p = (uint)win * w;
+            const uint limb = p >> 6, off = p & 63;
+            ulong v = nexp[limb] >> off;
+            if (off + w > 64 && limb + 1 < le) v |= nexp[limb + 1] << (64 - off);
+            const uint digit = (uint)(v & mask);
+            if (digit) {
+                __global const ulong *t = table + (size_t)digit * L;
+                if (started) {
+                    for (int j = 0; j < L; ++j) x[j] = t[j];
+                    SFX(mm)(acc, x, tmp, mod, n0);
+                    for (int j = 0; j < L; ++j) acc[j] = tmp[j];
+                } else {
+                    for (int j = 0; j < L; ++j) acc[j] = t[j];
+                    started = 1;
+                }
+            }
+        }
+        /* G = 1 + m n, then G R */
+        for (int j = 0; j < L; ++j) {
+            tmp[j] = (uint)j < le ? msg[(size_t)i * le + j] : 0;
+            c2[j] = consts[3 * L + j];
+        }
+        SFX(mm)(tmp, c2, g, mod, n0);
+        ulong carry = 1;
+        for (int j = 0; j < L; ++j) { g[j] += carry; carry = carry && g[j] == 0; }
+        for (int j = 0; j < L; ++j) c2[j] = consts[2 * L + j];
+        SFX(mm)(g, c2, tmp, mod, n0);
+        SFX(mm)(acc, tmp, x, mod, n0);
+        for (int j = 0; j < L; ++j) out[(size_t)i * L + j] = x[j];
+    }
+}
+
 #endif /* UNIFL_MM_ONLY */

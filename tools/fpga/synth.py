@@ -1,15 +1,20 @@
-#!/usr/bin/env python3
-"""Synthesis figures of the RTL MontMult engine (``rtl/unifl_mm_engine.v``) with yosys.
+"""Synthesis figures of the RTL MontMult engine (``rtl/unifl_mm_engine.v``) and of the
+exponentiation unit around it (``rtl/unifl_modexp.v``) with yosys.
 
-For each configuration (family × operand size) this runs yosys once, from nothing (a fresh
-temporary directory per run: no netlist, log or figure is kept from an earlier run):
+For each configuration (design × family × operand size) this runs yosys once, from nothing (a
+fresh temporary directory per run: no netlist, log or figure is kept from an earlier run):
 
-    read_verilog rtl/unifl_mm_parts.v rtl/unifl_mm_engine.v
-    chparam -set W 64 -set D <bits/64> unifl_mm_engine
-    synth_xilinx    -family xcup        -noiopad -noclkbuf -flatten -top unifl_mm_engine  (UltraScale+)
-    synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top unifl_mm_engine  (Cyclone 10 GX; flattens by default)
-    rename -top unifl_mm_engine
+    read_verilog -sv rtl/unifl_mm_parts.v rtl/unifl_mm_engine.v [rtl/unifl_modexp.v]
+    chparam -set W 64 -set D <bits/64> [-set NE <engines> -set NM <contexts>] <top>
+    synth_xilinx    -family xcup        -noiopad -noclkbuf -flatten -top <top>  (UltraScale+)
+    synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top <top>  (Cyclone 10 GX; flattens by default)
+    rename -top <top>
     tee -o stat.txt stat ; tee -o check.txt check -noinit ; write_json netlist.json
+
+The designs (``DESIGNS``): ``engine`` (one MontMult engine) and ``unit`` (``unifl_modexp`` with
+``engines`` engines and ``contexts`` key contexts).  The unit's own share -- window tables and
+running values in block RAM, the exponent LUT RAM, slot sequencers, loader and unloader -- is its
+figure less ``engines`` times the engine's (:func:`unit_own`).
 
 ``-noiopad -noclkbuf``: the engine is a block inside a kernel, not a chip top (out-of-context), so
 no I/O buffer is counted; ``-flatten``: one netlist, so the walk below sees every path.  From
@@ -49,9 +54,9 @@ multi-operand sums ($macc) as LUT logic rather than ALM carry chains, which Quar
 and ABC9's &mfs step aborts on this design (an assertion in giaMfs.c), after which yosys keeps
 the LUT mapping ABC wrote before that step (reported as ``abc_assertions``).
 
-Usage: ``python bench/fpga_synth.py [--config xcup:1024 ...] [--json out.json] [--keep DIR]``
-(default: the four configurations xcup / cyclone10gx × 1024 / 2048).  Needs ``yosys`` (Debian:
-``apt-get install yosys``, 0.23).
+Usage: ``python -m tools.fpga.synth [--design engine|unit] [--engines N] [--config xcup:1024 ...]
+[--json out.json] [--keep DIR]`` (default: the engine, the four configurations xcup / cyclone10gx
+× 1024 / 2048).  Needs ``yosys`` (Debian: ``apt-get install yosys``, 0.23).
 """
 
 from __future__ import annotations
@@ -70,11 +75,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-# the engine and its building blocks (adder tree, LUT RAM, low-half multiplier)
+ROOT = Path(__file__).resolve().parents[2]
+# the engine and its building blocks (adder tree, LUT RAM, block RAM, low-half multiplier)
 RTL = [ROOT / "rtl" / "unifl_mm_parts.v", ROOT / "rtl" / "unifl_mm_engine.v"]
 TOP = "unifl_mm_engine"
 W = 64  # limb width of the engine (the module's W parameter)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A synthesizable top: its module, its sources, and the parameters set besides W and D."""
+
+    name: str
+    top: str
+    sources: tuple[Path, ...]
+
+
+DESIGNS = {
+    "engine": Design("engine", TOP, tuple(RTL)),
+    "unit": Design("unit", "unifl_modexp", tuple(RTL) + (ROOT / "rtl" / "unifl_modexp.v",)),
+}
 
 # ---- cell classes per family --------------------------------------------------------------------
 # ff: sequential start/end points; lut: LUT levels; mux: dedicated wide muxes; carry: carry-chain
@@ -129,13 +149,20 @@ BRAM_UNITS = {"RAMB18E2": 0.5, "RAMB18E1": 0.5, "FIFO18E2": 0.5}
 # (clock-to-out + setup + the net into the end point) 0.4-0.7.
 # Cyclone 10 GX (20 nm, Arria 10 class, slowest speed grades): an ALUT with its net 0.45-0.70;
 # one bit of ALM carry 0.02-0.04; an unregistered 27x27 multiply 3.0-4.0; overhead 0.5-0.8.
+# A block RAM is a register boundary (its address / data inputs end paths, its read data start
+# them) whose read data come "bram" ns after the clock (no output register): RAMB36E2 1.2-1.8,
+# M20K 1.5-2.2 (assumed, like every weight here).
 FAST = {
-    "xcup": {"lut": 0.35, "mux": 0.05, "carry": 0.05, "dsp": 2.4, "inv": 0.0, "ff": 0.4},
-    "cyclone10gx": {"lut": 0.45, "mux": 0.05, "carry": 0.02, "dsp": 3.0, "inv": 0.0, "ff": 0.5},
+    "xcup": {"lut": 0.35, "mux": 0.05, "carry": 0.05, "dsp": 2.4, "inv": 0.0, "ff": 0.4,
+             "bram": 1.2},
+    "cyclone10gx": {"lut": 0.45, "mux": 0.05, "carry": 0.02, "dsp": 3.0, "inv": 0.0, "ff": 0.5,
+                    "bram": 1.5},
 }
 SLOW = {
-    "xcup": {"lut": 0.55, "mux": 0.10, "carry": 0.10, "dsp": 3.0, "inv": 0.0, "ff": 0.7},
-    "cyclone10gx": {"lut": 0.70, "mux": 0.10, "carry": 0.04, "dsp": 4.0, "inv": 0.0, "ff": 0.8},
+    "xcup": {"lut": 0.55, "mux": 0.10, "carry": 0.10, "dsp": 3.0, "inv": 0.0, "ff": 0.7,
+             "bram": 1.8},
+    "cyclone10gx": {"lut": 0.70, "mux": 0.10, "carry": 0.04, "dsp": 4.0, "inv": 0.0, "ff": 0.8,
+                    "bram": 2.2},
 }
 
 
@@ -143,16 +170,16 @@ SLOW = {
 class Family:
     name: str
     title: str
-    synth: str
+    synth: str          # the yosys command, with {top} for the top module
     classes: dict[str, str]
 
 
 FAMILIES = {
     "xcup": Family("xcup", "AMD UltraScale+ (yosys synth_xilinx -family xcup)",
-                   f"synth_xilinx -family xcup -noiopad -noclkbuf -flatten -top {TOP}", XILINX_CLASSES),
+                   "synth_xilinx -family xcup -noiopad -noclkbuf -flatten -top {top}", XILINX_CLASSES),
     "cyclone10gx": Family("cyclone10gx", "Intel Cyclone 10 GX (yosys synth_intel_alm -family "
                           "cyclone10gx)",
-                          f"synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top {TOP}",
+                          "synth_intel_alm -family cyclone10gx -noiopad -noclkbuf -top {top}",
                           INTEL_CLASSES),
 }
 DEFAULT_CONFIGS = [("xcup", 1024), ("xcup", 2048), ("cyclone10gx", 1024), ("cyclone10gx", 2048)]
@@ -247,18 +274,22 @@ def _is_registered_dsp(cell: dict[str, Any]) -> bool:
     return False
 
 
-def walk(netlist: dict[str, Any], fam: Family) -> dict[str, Any]:
+def walk(netlist: dict[str, Any], fam: Family, top: str = TOP) -> dict[str, Any]:
     """Longest register-to-register paths of the top module under the FAST and SLOW weights, and
     the most LUT + mux levels on any such path (see the module docstring)."""
-    mod = netlist["modules"][TOP]
+    mod = netlist["modules"][top]
     cells = mod["cells"]
     names = list(cells)
     cls: list[str] = []
+    bram_cells: set[int] = set()
     for n in names:
         c = cells[n]
         kind = fam.classes.get(c["type"], "lut")
         if kind == "dsp" and _is_registered_dsp(c):
             kind = "ff"  # registered DSP: treated as a register boundary (coarse)
+        if kind in ("bram", "uram"):
+            bram_cells.add(len(cls))
+            kind = "ff"  # synchronous read: a boundary, its read data late by weight["bram"]
         cls.append(kind)
     driver: dict[int, int] = {}
     for i, n in enumerate(names):
@@ -274,7 +305,7 @@ def walk(netlist: dict[str, Any], fam: Family) -> dict[str, Any]:
     for n in names:
         c = cells[n]
         dirs = c.get("port_directions", {})
-        src = set()
+        src: set[int] = set()
         for port, bits in c["connections"].items():
             if dirs.get(port, "input") != "output":
                 for b in bits:
@@ -336,7 +367,7 @@ def walk(netlist: dict[str, Any], fam: Family) -> dict[str, Any]:
         pred = [-1] * len(names)
         for i in range(len(names)):
             if cls[i] == "ff":
-                arr[i] = 0.0
+                arr[i] = weight.get("bram", 0.0) if i in bram_cells else 0.0
         for v in order:
             best, arg = NEG, -1
             for u in fanin[v]:
@@ -405,12 +436,22 @@ def _compress(types: list[str]) -> str:
 
 
 # ---- one synthesis -------------------------------------------------------------------------------
+def chparams(design: Design, bits: int, engines: int, contexts: int) -> str:
+    """The ``chparam`` arguments of ``design`` at ``bits``."""
+    extra = f" -set NE {engines} -set NM {contexts}" if design.name == "unit" else ""
+    return f"-set W {W} -set D {bits // W}{extra}"
+
+
 def synthesize(family: str, bits: int, keep: Path | None = None,
-               yosys: str | None = None) -> dict[str, Any]:
-    """Synthesize the engine for ``family`` at ``bits`` (D = bits/64 words of 64 bits); return the
-    figures.  Runs in a fresh temporary directory (or ``keep``, which receives the log, stat,
-    check output and the JSON netlist)."""
+               yosys: str | None = None, design: str = "engine", engines: int = 1,
+               contexts: int = 1) -> dict[str, Any]:
+    """Synthesize ``design`` for ``family`` at ``bits`` (D = bits/64 words of 64 bits; the unit
+    with ``engines`` engines and ``contexts`` key contexts); return the figures.  Runs in a fresh
+    temporary directory (or ``keep``, which receives the log, stat, check output and the JSON
+    netlist)."""
     fam = FAMILIES[family]
+    des = DESIGNS[design]
+    top = des.top
     exe = yosys or yosys_path()
     if exe is None:
         raise FileNotFoundError("yosys not installed (apt-get install -y yosys)")
@@ -420,10 +461,10 @@ def synthesize(family: str, bits: int, keep: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="unifl-synth-") as tmp:
         wd = Path(tmp)
         script = "; ".join([
-            "read_verilog " + " ".join(str(f) for f in RTL),
-            f"chparam -set W {W} -set D {d} {TOP}",
-            fam.synth,
-            f"rename -top {TOP}",   # the parameterised top keeps its plain name in the netlist
+            "read_verilog -sv " + " ".join(str(f) for f in des.sources),
+            f"chparam {chparams(des, bits, engines, contexts)} {top}",
+            fam.synth.format(top=top),
+            f"rename -top {top}",   # the parameterised top keeps its plain name in the netlist
             "tee -q -o stat.txt stat",
             "tee -q -o check.txt check -noinit",
             "write_json netlist.json",
@@ -443,22 +484,24 @@ def synthesize(family: str, bits: int, keep: Path | None = None,
         check = (wd / "check.txt").read_text()
         t1 = time.perf_counter()
         netlist = json.loads((wd / "netlist.json").read_text())
-        path = walk(netlist, fam)
+        path = walk(netlist, fam, top)
         walk_seconds = time.perf_counter() - t1
-        json_counts = Counter(c["type"] for c in netlist["modules"][TOP]["cells"].values())
+        json_counts = Counter(c["type"] for c in netlist["modules"][top]["cells"].values())
         if dict(json_counts) != counts:
             raise RuntimeError(f"stat and the JSON netlist disagree: {counts} vs {dict(json_counts)}")
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             for f in ("yosys.log", "stat.txt", "check.txt", "netlist.json"):
-                shutil.copy(wd / f, keep / f"{family}_{bits}_{f}")
+                shutil.copy(wd / f, keep / f"{design}_{family}_{bits}_{f}")
     m = re.search(r"Found and reported (\d+) problems", check)
     abc_failures = re.findall(r"ABC: execution of command .* failed: return code (\d+)", log)
     abc_asserts = sorted(set(re.findall(r"ABC: (\S+: \S+: .*Assertion .*failed\.)", log)))
     res = {
+        "design": design, "top": top, "engines": engines if design == "unit" else 1,
+        "contexts": contexts,
         "family": family, "title": fam.title, "bits": bits, "W": W, "D": d,
         "yosys": yosys_version(exe),
-        "command": fam.synth,
+        "command": fam.synth.format(top=top),
         "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
         "walk_seconds": round(walk_seconds, 1),
         "cells": counts,
@@ -472,8 +515,11 @@ def synthesize(family: str, bits: int, keep: Path | None = None,
     return res
 
 
-def gate_netlist(bits: int, out: Path, flow: str = "generic", yosys: str | None = None) -> Path:
-    """Synthesize the engine at ``bits`` (W = 64) and write the gate-level netlist to ``out``
+def gate_netlist(bits: int, out: Path, flow: str = "generic", yosys: str | None = None,
+                 design: str = "engine", engines: int = 1, contexts: int = 1,
+                 params: str = "") -> Path:
+    """Synthesize ``design`` at ``bits`` (W = 64; ``params``: further ``-set NAME VALUE`` pairs
+    for chparam) and write the gate-level netlist to ``out``
     (``write_verilog -noattr``) for simulation against the RTL's testbench.
 
     ``flow``: "generic" -- yosys's technology-independent ``synth -flatten``; the netlist is made
@@ -486,15 +532,17 @@ def gate_netlist(bits: int, out: Path, flow: str = "generic", yosys: str | None 
         raise FileNotFoundError("yosys not installed (apt-get install -y yosys)")
     if bits % W:
         raise ValueError(f"bits must be a multiple of {W}")
-    synth_cmd = {"generic": f"synth -flatten -top {TOP}",
+    des = DESIGNS[design]
+    top = des.top
+    synth_cmd = {"generic": f"synth -flatten -top {top}",
                  "xcup-nodsp": f"synth_xilinx -family xcup -noiopad -noclkbuf -flatten -nodsp "
-                               f"-top {TOP}"}
+                               f"-top {top}"}
     if flow not in synth_cmd:
         raise ValueError(f"unknown flow {flow!r}: {sorted(synth_cmd)}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    script = "; ".join(["read_verilog " + " ".join(str(f) for f in RTL),
-                        f"chparam -set W {W} -set D {bits // W} {TOP}",
-                        synth_cmd[flow], f"rename -top {TOP}",
+    script = "; ".join(["read_verilog -sv -DSYNTHESIS " + " ".join(str(f) for f in des.sources),
+                        f"chparam {chparams(des, bits, engines, contexts)} {params} {top}",
+                        synth_cmd[flow], f"rename -top {top}",
                         f"write_verilog -noattr {out}"])
     proc = subprocess.run([exe, "-q", "-p", script], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -516,10 +564,26 @@ def gate_sim_library(flow: str = "generic", yosys: str | None = None) -> Path:
 
 
 # ---- output --------------------------------------------------------------------------------------
+#: figures that add up over the parts of a design (what :func:`unit_own` subtracts)
+ADDITIVE = ("dsp", "lut", "lut_sites", "ff", "carry", "bram", "lutram", "alm_est")
+
+
+def unit_own(unit: dict[str, Any], engine: dict[str, Any]) -> dict[str, float]:
+    """The unit's own share: its figures less ``engines`` times the engine's (same family and
+    size; the engine synthesized alone, with the unit's number of modulus banks or not -- the
+    difference is a few LUT RAM cells)."""
+    if (unit["family"], unit["bits"]) != (engine["family"], engine["bits"]):
+        raise ValueError("unit and engine figures of different configurations")
+    n = unit["engines"]
+    return {k: round(float(unit[k]) - n * float(engine[k]), 1) for k in ADDITIVE
+            if k in unit and k in engine}
+
+
 def table(results: list[dict[str, Any]]) -> str:
-    head = ("| family | bits | DSP | LUT | FF | carry | BRAM | LUTRAM | latches | reg→reg path "
-            "(slow weights) | max LUT+mux levels | est. ns | est. MHz | yosys s (CPU) |")
-    rows = [head, "|" + "---|" * 14]
+    head = ("| design | family | bits | DSP | LUT | FF | carry | BRAM | LUTRAM | latches | "
+            "reg→reg path (slow weights) | max LUT+mux levels | est. ns | est. MHz | "
+            "yosys s (CPU) |")
+    rows = [head, "|" + "---|" * 15]
     for r in results:
         p = r["path"]
         s = p["slow"]
@@ -528,8 +592,11 @@ def table(results: list[dict[str, Any]]) -> str:
             dsp = f"{dsp} ({'+'.join(f'{n}×{t[8:]}' for t, n in r['dsp_cells'].items())})"
         lut = f"{r['lut']}" + (f" (~{r['alm_est']} ALM)" if "alm_est" in r else
                                 f" (+{r['lut_sites'] - r['lut']} as RAM)")
+        design = r.get("design", "engine")
+        if design == "unit":
+            design = f"unit ({r['engines']} engine{'s' if r['engines'] > 1 else ''})"
         rows.append(
-            f"| {r['family']} | {r['bits']} | {dsp} | {lut} | {r['ff']} | {r['carry']} | "
+            f"| {design} | {r['family']} | {r['bits']} | {dsp} | {lut} | {r['ff']} | {r['carry']} | "
             f"{r['bram']} | {r['lutram']} | {r['latches'] + r['latches_inferred']} | "
             f"{s['lut_levels']} LUT + {s['mux_levels']} mux + {s['carry_cells']} carry + "
             f"{s['dsp']} DSP | {p['max_levels']} | {p['fast']['est_ns']}–{s['est_ns']} | "
@@ -545,6 +612,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="copy each run's log, stat, check output and netlist here")
     ap.add_argument("--paths", action="store_true", help="print the cell types along each path")
+    ap.add_argument("--design", action="append", choices=sorted(DESIGNS),
+                    help="engine and/or unit (default: engine)")
+    ap.add_argument("--engines", type=int, action="append",
+                    help="engines of the unit (repeatable; default 1)")
+    ap.add_argument("--contexts", type=int, default=2,
+                    help="key contexts of the unit (default 2: CRT decryption)")
     args = ap.parse_args(argv)
     if yosys_path() is None:
         print("yosys not installed (apt-get install -y yosys)", file=sys.stderr)
@@ -559,10 +632,16 @@ def main(argv: list[str] | None = None) -> int:
             configs.append((fam, int(bits)))
     print(f"# {yosys_version()}; {' '.join(str(f.relative_to(ROOT)) for f in RTL)}, W = {W}",
           file=sys.stderr)
+    runs: list[tuple[str, int]] = []
+    for design in args.design or ["engine"]:
+        for n in (args.engines or [1]) if design == "unit" else [1]:
+            runs.append((design, n))
     results = []
-    for fam, bits in configs:  # sequential: one yosys at a time
-        print(f"# synthesizing {fam} {bits} bits ...", file=sys.stderr, flush=True)
-        r = synthesize(fam, bits, keep=args.keep)
+    for (design, n), (fam, bits) in ((r, c) for r in runs for c in configs):  # one yosys at a time
+        print(f"# synthesizing {design} ({n} engine) {fam} {bits} bits ...", file=sys.stderr,
+              flush=True)
+        r = synthesize(fam, bits, keep=args.keep, design=design, engines=n,
+                       contexts=args.contexts)
         print(f"#   {r['seconds']} s wall, {r['cpu_seconds']} s CPU (+ {r['walk_seconds']} s "
               "netlist walk)", file=sys.stderr)
         for warn in r["abc_assertions"]:
@@ -570,6 +649,11 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         results.append(r)
     print(table(results))
+    engines = {(r["family"], r["bits"]): r for r in results if r["design"] == "engine"}
+    for r in results:
+        if r["design"] == "unit" and (r["family"], r["bits"]) in engines:
+            r["own"] = unit_own(r, engines[(r["family"], r["bits"])])
+            print(f"unit ({r['engines']} engines) {r['family']} {r['bits']}: own share {r['own']}")
     if any(r["family"] == "cyclone10gx" for r in results):
         print("\nnote: cyclone10gx paths are not a clock estimate (yosys 0.23 builds the multi-"
               "operand sums in LUTs, not ALM carry chains); its counts are usable")
