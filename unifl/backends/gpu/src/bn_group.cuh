@@ -53,6 +53,71 @@ namespace coop {
 
 typedef uint32_t u32;
 
+// =============================================================================== carry chains
+// A carry chain is a run of additions that pass one carry flag from each to the next, as PTX's
+// `.cc` / `c` instruction forms do: the chain's first operation sets the flag (mad_cc, add_cc),
+// the ones in between read and set it (madc_cc, addc_cc), the last reads it (addc).  A product
+// `mad_cc(a, b, c)` = c + a·b with a, b 32-bit and c, the result 64-bit: ptxas turns each
+// mul.wide.u32 + add(c).cc.u64 pair into ONE IMAD.WIDE.U32 with a carry-out (and carry-in)
+// predicate, so a chain of k products is k instructions.
+//
+// Device: each operation is one `asm volatile` statement; the flag lives in the hardware's carry
+// bit between them.  That is only sound if nothing that writes the flag runs in between: a chain
+// is written as consecutive calls with no other arithmetic interleaved, and no C++ code nvcc could
+// lower to carry instructions (it never does for 32/64-bit integers) appears inside a chain.
+// Host: DeviceChain's twin HostChain keeps the flag per lane and checks the protocol (a chain must
+// start with a flag-setting operation, and a flag is read at most once per set), so the host
+// harness runs, and verifies, every chain the device runs.
+#ifdef __CUDACC__
+struct DeviceChain {
+    // c + a·b, sets the carry flag
+    __device__ __forceinline__ u64 mad_cc(u32 a, u32 b, u64 c) {
+        u64 d;
+        asm volatile("{.reg .u64 p;\n\tmul.wide.u32 p, %1, %2;\n\tadd.cc.u64 %0, p, %3;}"
+                     : "=l"(d) : "r"(a), "r"(b), "l"(c));
+        return d;
+    }
+    // c + a·b + carry, sets the carry flag
+    __device__ __forceinline__ u64 madc_cc(u32 a, u32 b, u64 c) {
+        u64 d;
+        asm volatile("{.reg .u64 p;\n\tmul.wide.u32 p, %1, %2;\n\taddc.cc.u64 %0, p, %3;}"
+                     : "=l"(d) : "r"(a), "r"(b), "l"(c));
+        return d;
+    }
+    __device__ __forceinline__ u64 add_cc(u64 a, u64 b) {
+        u64 d;
+        asm volatile("add.cc.u64 %0, %1, %2;" : "=l"(d) : "l"(a), "l"(b));
+        return d;
+    }
+    __device__ __forceinline__ u64 addc_cc(u64 a, u64 b) {
+        u64 d;
+        asm volatile("addc.cc.u64 %0, %1, %2;" : "=l"(d) : "l"(a), "l"(b));
+        return d;
+    }
+    // a + b + carry (ends the chain)
+    __device__ __forceinline__ u64 addc(u64 a, u64 b) {
+        u64 d;
+        asm volatile("addc.u64 %0, %1, %2;" : "=l"(d) : "l"(a), "l"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 add_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("add.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 addc_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("addc.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 addc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("addc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+};
+#endif
+
 // =============================================================================== lane policies
 #ifdef __CUDACC__
 template <int TPI_>
@@ -70,6 +135,8 @@ struct WarpLanes {
     __device__ __forceinline__ static W lane() { return threadIdx.x & (TPI - 1); }
     // value of lane `src` (uniform) to every lane, as a uniform scalar
     __device__ __forceinline__ static u32 bcast(W x, int src) { return __shfl_sync(mask(), x, src, TPI); }
+    // lane i gets lane (i + 1) mod TPI's value (the top lane gets lane 0's)
+    __device__ __forceinline__ static W next(W x) { return __shfl_sync(mask(), x, (int)lane() + 1, TPI); }
     // lane i gets lane i + d's value (0 past the top lane)
     __device__ __forceinline__ static W down(W x, int d) {
         const W y = __shfl_down_sync(mask(), x, d, TPI);
@@ -127,10 +194,16 @@ struct WarpLanes {
     __device__ __forceinline__ static void halves(F f) {
         f(Half(), (int)(lane() >= (W)(TPI / 2)));
     }
+    typedef DeviceChain Chain;
 };
 #endif
 
 #ifndef __CUDA_ARCH__
+}  // namespace coop
+}  // namespace unifl_gpu
+#include <cstdlib>
+namespace unifl_gpu {
+namespace coop {
 // The values of all N lanes of a group, operated on in lockstep (host emulation only).
 template <class T, int N>
 struct Lanes {
@@ -201,6 +274,68 @@ inline Lanes<T, N> sel(const Lanes<bool, N> &c, const Lanes<T, N> &a, const Lane
     return r;
 }
 
+// The carry flag of DeviceChain, per lane, with the chain protocol checked: reading a flag that no
+// operation of the chain set (a chain that starts with a `c` form, or reads the flag twice) aborts,
+// since on the device that flag would be whatever some earlier instruction left.
+template <int N>
+struct HostChain {
+    typedef Lanes<u32, N> W;
+    typedef Lanes<u64, N> D;
+    Lanes<u32, N> cf{0u};
+    bool live = false;
+
+    u32 take(int i) {
+        if (!live) std::abort();  // a carry read with no carry set in this chain
+        return cf.v[i];
+    }
+    D mad_cc(const W &a, const W &b, const D &c) { return mad(a, b, c, false); }
+    D madc_cc(const W &a, const W &b, const D &c) { return mad(a, b, c, true); }
+    D add_cc(const D &a, const D &b) { return add64(a, b, false, true); }
+    D addc_cc(const D &a, const D &b) { return add64(a, b, true, true); }
+    D addc(const D &a, const D &b) { return add64(a, b, true, false); }
+    W add_cc(const W &a, const W &b) { return add32(a, b, false, true); }
+    W addc_cc(const W &a, const W &b) { return add32(a, b, true, true); }
+    W addc(const W &a, const W &b) { return add32(a, b, true, false); }
+
+  private:
+    D mad(const W &a, const W &b, const D &c, bool cin) {
+        D r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const unsigned __int128 s = (unsigned __int128)((u64)a.v[i] * b.v[i]) + c.v[i] + (cin ? take(i) : 0u);
+            r.v[i] = (u64)s;
+            out.v[i] = (u32)(s >> 64);
+        }
+        cf = out;
+        live = true;
+        return r;
+    }
+    D add64(const D &a, const D &b, bool cin, bool cout) {
+        D r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const unsigned __int128 s = (unsigned __int128)a.v[i] + b.v[i] + (cin ? take(i) : 0u);
+            r.v[i] = (u64)s;
+            out.v[i] = (u32)(s >> 64);
+        }
+        cf = out;
+        live = cout;
+        return r;
+    }
+    W add32(const W &a, const W &b, bool cin, bool cout) {
+        W r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const u64 s = (u64)a.v[i] + b.v[i] + (cin ? take(i) : 0u);
+            r.v[i] = (u32)s;
+            out.v[i] = (u32)(s >> 32);
+        }
+        cf = out;
+        live = cout;
+        return r;
+    }
+};
+
 template <int TPI_>
 struct HostLanes {
     static constexpr int TPI = TPI_;
@@ -215,6 +350,11 @@ struct HostLanes {
         return r;
     }
     static u32 bcast(const W &x, int src) { return x.v[src]; }
+    static W next(const W &x) {
+        W r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = x.v[(i + 1) % TPI];
+        return r;
+    }
     template <class V>
     static V down(const V &x, int d) {
         V r;
@@ -267,6 +407,7 @@ struct HostLanes {
         f(Half(), 0);
         f(Half(), 1);
     }
+    typedef HostChain<TPI_> Chain;
 };
 #endif
 
@@ -520,46 +661,106 @@ UNIFL_HD void reduce_once(Num<G, LPT> &r, const Num<G, LPT> &a, u32 over, const 
     for (int k = 0; k < LPT; ++k) r.w[k] = take ? d.w[k] : a.w[k];
 }
 
+// One word step of mont_mul's accumulator (see there): x, y += ai·b, then q·m, then the whole
+// value moves down one word.  x holds 64-bit pairs at even word offsets (x[k]: words 2k, 2k+1),
+// y pairs at odd offsets (y[k]: words 2k+1, 2k+2), w0 a word at offset 0 (up to 33 bits); the
+// lane's value is Σ x[k]·2^(64k) + Σ y[k]·2^(64k+32) + w0, its words LPT and up owed to the lane
+// above.  After the move down the parities swap: the caller passes (y, x) to the next step.
+template <class G, int LPT>
+UNIFL_HD void mont_step(typename G::D (&x)[LPT / 2 + 1], typename G::D (&y)[LPT / 2 + 1], typename G::D &w0,
+                        u32 ai, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+    typedef typename G::W W;
+    typedef typename G::D D;
+    constexpr int H = LPT / 2;
+    typename G::Chain cc;
+    // t += ai·b: even words of b into x, odd ones into y, each a chain of H products
+    x[0] = cc.mad_cc(ai, b.w[0], x[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) x[k] = cc.madc_cc(ai, b.w[2 * k], x[k]);
+    x[H] = cc.addc(x[H], D(0ull));
+    y[0] = cc.mad_cc(ai, b.w[1], y[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) y[k] = cc.madc_cc(ai, b.w[2 * k + 1], y[k]);
+    y[H] = cc.addc(y[H], D(0ull));
+    // q = t_0·(−m^-1) mod 2^32 from lane 0, so that t + q·m ≡ 0 mod 2^32
+    const u32 q = G::bcast(narrow(x[0]) + narrow(w0), 0) * md.m0inv;
+    x[0] = cc.mad_cc(q, md.m.w[0], x[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) x[k] = cc.madc_cc(q, md.m.w[2 * k], x[k]);
+    x[H] = cc.addc(x[H], D(0ull));
+    y[0] = cc.mad_cc(q, md.m.w[1], y[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) y[k] = cc.madc_cc(q, md.m.w[2 * k + 1], y[k]);
+    y[H] = cc.addc(y[H], D(0ull));
+    // t /= 2^32: word 0 leaves the lane for the top of the lane below (lane 0's is 0 by the choice
+    // of q, and reaches the top lane as the word above the class); what is left of x[0] stays
+    const D s = widen(narrow(x[0])) + w0;
+    const W in = G::next(narrow(s));
+    w0 = (x[0] >> 32) + (s >> 32);
+    // the x pairs move to odd offsets: x[k] -> (new y)[k - 1]; the lane above's word lands at
+    // word LPT − 1, the low half of x[H]'s new place
+    UNIFL_UNROLL
+    for (int k = 0; k < H - 1; ++k) x[k] = x[k + 1];
+    x[H - 1] = x[H] + widen(in);
+    x[H] = 0ull;
+}
+
 // r = a·b·R^-1 mod m (R = 2^(32·n32)); a < R, b < m.  r may alias a or b.
+//
+// Word-serial CIOS over the lanes with the accumulator split into even- and odd-aligned 64-bit
+// pairs (mont_step): a product a_i·b_j (32×32 → 64) lands on a whole pair, so each is ONE
+// multiply-add with carry in and out (IMAD.WIDE.U32) in a chain over the lane's pairs, and the
+// two sums are joined once at the end.  Per word of a, per lane: 2·LPT products in four chains of
+// LPT/2, three shuffles (a_i, t_0 for q, the word moving down) and a handful of adds.
 template <class G, int LPT>
 UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
     typedef typename G::W W;
     typedef typename G::D D;
-    Num<G, LPT> t;
+    constexpr int H = LPT / 2;
+    static_assert(LPT % 2 == 0 && LPT >= 2, "whole pairs of words per lane");
+    D x[H + 1], y[H + 1], w0 = 0ull;
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) t.w[k] = 0u;
-    D pend = 0ull;  // carry owed to the word above this lane's top word
-    const int n32 = md.n32;
-    for (int src = 0; src * LPT < n32; ++src) {
+    for (int k = 0; k <= H; ++k) x[k] = y[k] = 0ull;
+    // the words of a by lanes: n32 / LPT whole lanes, then the first n32 % LPT words of the next
+    // (n32 = 2·L and LPT are even, so steps go by pairs and x, y are back in place after each)
+    const int full = md.n32 / LPT, rest = md.n32 % LPT;
+    for (int src = 0; src < full; ++src) {
         UNIFL_UNROLL
-        for (int k = 0; k < LPT; ++k) {
-            if (src * LPT + k >= n32) break;
-            const u32 ai = G::bcast(a.w[k], src);
-            D c = 0ull;
-            UNIFL_UNROLL
-            for (int j = 0; j < LPT; ++j) {  // t += a_i·b
-                const D p = widen(b.w[j]) * (u64)ai + widen(t.w[j]) + c;
-                t.w[j] = narrow(p);
-                c = p >> 32;
-            }
-            pend = pend + c;
-            const u32 q = G::bcast(t.w[0], 0) * md.m0inv;  // t + q·m ≡ 0 mod 2^32
-            c = 0ull;
-            UNIFL_UNROLL
-            for (int j = 0; j < LPT; ++j) {  // t += q·m
-                const D p = widen(md.m.w[j]) * (u64)q + widen(t.w[j]) + c;
-                t.w[j] = narrow(p);
-                c = p >> 32;
-            }
-            pend = pend + c;
-            const W in = G::down(t.w[0], 1);  // t /= 2^32: the words move down one place
-            UNIFL_UNROLL
-            for (int j = 0; j < LPT - 1; ++j) t.w[j] = t.w[j + 1];
-            const D s = widen(in) + pend;  // the pending carry lands on the new top word
-            t.w[LPT - 1] = narrow(s);
-            pend = s >> 32;
+        for (int k = 0; k < LPT; k += 2) {
+            mont_step<G, LPT>(x, y, w0, G::bcast(a.w[k], src), b, md);
+            mont_step<G, LPT>(y, x, w0, G::bcast(a.w[k + 1], src), b, md);
         }
     }
+    if (rest) {  // one pair at a time, the lane's words moving down two places per pair
+        Num<G, LPT> as = a;
+#ifdef __CUDA_ARCH__
+#pragma unroll 1
+#endif
+        for (int k = 0; k < rest; k += 2) {
+            mont_step<G, LPT>(x, y, w0, G::bcast(as.w[0], full), b, md);
+            mont_step<G, LPT>(y, x, w0, G::bcast(as.w[1], full), b, md);
+            UNIFL_UNROLL
+            for (int j = 0; j + 2 < LPT; ++j) as.w[j] = as.w[j + 2];
+        }
+    }
+    // join: t = x + y·2^32 + w0, the lane's LPT words and what it owes the lane above (pend)
+    typename G::Chain cc;
+    D p[H + 1];
+    p[0] = cc.add_cc(x[0], w0);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) p[k] = cc.addc_cc(x[k], D(0ull));
+    p[H] = cc.addc(x[H], D(0ull));
+    Num<G, LPT> t;
+    t.w[0] = narrow(p[0]);
+    t.w[1] = cc.add_cc(narrow(p[0] >> 32), narrow(y[0]));
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) {
+        t.w[2 * k] = cc.addc_cc(narrow(p[k]), narrow(y[k - 1] >> 32));
+        t.w[2 * k + 1] = cc.addc_cc(narrow(p[k] >> 32), narrow(y[k]));
+    }
+    const W lo = cc.addc_cc(narrow(p[H]), narrow(y[H - 1] >> 32));
+    const W hi = cc.addc(narrow(p[H] >> 32), narrow(y[H]));
+    const D pend = widen(lo) | (widen(hi) << 32);  // < 2^64: carries, and under 2 at the top lane
     // the top lane's pending carry is the word above the class (at most 1: t < 2m)
     const u32 over_top = G::bcast(narrow(pend), G::TPI - 1);
     const u32 over = add_in<G, LPT>(t, G::up(pend, 1)) + over_top;

@@ -74,8 +74,12 @@ UNIFL_HD void gbody_mul(long long i, const u64 *key, u64 *out, Lay lo, const u64
     Num<G, LPT> x, y;
     load<G, LPT>(x, a, la, i, k.L);
     load<G, LPT>(y, b, lb, i, k.L);
-    mont_mul<G, LPT>(x, x, y, md);
-    if (mode == kModMul) to_mont<G, LPT>(x, x, md);
+    // ModMul is a MontMult by b, then one by R² (to_mont): one copy of the MontMult code, run once
+    // or twice
+    for (int pass = 0; pass < (mode == kModMul ? 2 : 1); ++pass) {
+        if (pass) load_const<G, LPT>(y, k.r2, k.L);
+        mont_mul<G, LPT>(x, x, y, md);
+    }
     store<G, LPT>(out, lo, i, k.L, x);
 }
 
