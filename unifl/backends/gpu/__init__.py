@@ -124,10 +124,12 @@ class GpuBackend(KernelBackend):
 
     def __init__(self, **options: Any) -> None:
         """``options``: see :class:`~unifl.backends.gpu.options.GpuOptions` (``device``,
-        ``kernels``, ``cgbn``)."""
+        ``kernels``, ``window``, ``lanes``, ``cgbn``)."""
         super().__init__(**options)
-        from .runtime import CudaEngine
-        self.engine = CudaEngine(self.options.device)
+        from .runtime import SHAPE_AUTO, SHAPE_NORMAL, SHAPE_WIDE, CudaEngine
+        window = self.options.window
+        shape = {"auto": SHAPE_AUTO, "normal": SHAPE_NORMAL, "wide": SHAPE_WIDE}[self.options.lanes]
+        self.engine = CudaEngine(self.options.device, 0 if window == "auto" else window, shape)
         self.kernels = self.options.kernels
         #: ``auto``: the family chosen per size class (limbs) and the calibration behind it
         self.kernel_choice: dict[int, str] = {}

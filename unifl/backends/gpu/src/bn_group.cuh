@@ -115,22 +115,50 @@ struct DeviceChain {
         asm volatile("addc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
         return d;
     }
+    // a − b, sets the flag to the borrow; subc: a − (b + borrow)
+    __device__ __forceinline__ u32 sub_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("sub.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 subc_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("subc.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 subc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("subc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
 };
 #endif
 
 // =============================================================================== lane policies
 #ifdef __CUDACC__
-template <int TPI_>
+// kWarp: every group of the warp runs the same control flow at every shuffle and vote (the kernel
+// keeps them converged: no group leaves early, and no branch that differs between groups has a
+// group primitive inside), so the primitives name the whole warp.  A constant full mask spares
+// ptxas the divergence checks and the diverged-warp copies of the code that a mask computed from
+// the lane index costs.  Without kWarp the mask is the group's lanes, and groups may diverge.
+template <int TPI_, bool kWarp = false>
 struct WarpLanes {
     static constexpr int TPI = TPI_;
+    static constexpr bool kConverged = kWarp;
     typedef u32 W;   // a lane's 32-bit word
     typedef u64 D;   // a lane's 64-bit value
     typedef bool B;  // a lane's predicate
-    typedef WarpLanes<TPI_ / 2> Half;
+    typedef WarpLanes<TPI_ / 2, kWarp> Half;
 
     __device__ __forceinline__ static int base() { return (int)(threadIdx.x & 31u) & ~(TPI - 1); }
     __device__ __forceinline__ static u32 mask() {
-        return TPI == 32 ? 0xffffffffu : (((1u << (TPI & 31)) - 1u) << base());
+        return TPI == 32 || kWarp ? 0xffffffffu : (((1u << (TPI & 31)) - 1u) << base());
+    }
+    // an invariant of the arithmetic that the host harness verifies (nothing on the device)
+    __device__ __forceinline__ static void check(B) {}
+    // the largest of a group-uniform value over the warp's groups (uniform over the warp)
+    __device__ __forceinline__ static int warp_max(int v) {
+        return kWarp ? __reduce_max_sync(0xffffffffu, v) : v;
     }
     __device__ __forceinline__ static W lane() { return threadIdx.x & (TPI - 1); }
     // value of lane `src` (uniform) to every lane, as a uniform scalar
@@ -296,6 +324,9 @@ struct HostChain {
     W add_cc(const W &a, const W &b) { return add32(a, b, false, true); }
     W addc_cc(const W &a, const W &b) { return add32(a, b, true, true); }
     W addc(const W &a, const W &b) { return add32(a, b, true, false); }
+    W sub_cc(const W &a, const W &b) { return sub32(a, b, false, true); }
+    W subc_cc(const W &a, const W &b) { return sub32(a, b, true, true); }
+    W subc(const W &a, const W &b) { return sub32(a, b, true, false); }
 
   private:
     D mad(const W &a, const W &b, const D &c, bool cin) {
@@ -322,6 +353,18 @@ struct HostChain {
         live = cout;
         return r;
     }
+    W sub32(const W &a, const W &b, bool bin, bool bout) {  // the flag is the borrow
+        W r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const u64 sb = (u64)b.v[i] + (bin ? take(i) : 0u);
+            r.v[i] = (u32)((u64)a.v[i] - sb);
+            out.v[i] = (u32)((u64)a.v[i] < sb);
+        }
+        cf = out;
+        live = bout;
+        return r;
+    }
     W add32(const W &a, const W &b, bool cin, bool cout) {
         W r;
         Lanes<u32, N> out;
@@ -339,6 +382,7 @@ struct HostChain {
 template <int TPI_>
 struct HostLanes {
     static constexpr int TPI = TPI_;
+    static constexpr bool kConverged = false;  // one group at a time
     typedef Lanes<u32, TPI> W;
     typedef Lanes<u64, TPI> D;
     typedef Lanes<bool, TPI> B;
@@ -350,6 +394,12 @@ struct HostLanes {
         return r;
     }
     static u32 bcast(const W &x, int src) { return x.v[src]; }
+    static int warp_max(int v) { return v; }
+    // an invariant of the arithmetic: a lane that breaks it stops the harness
+    static void check(const B &ok) {
+        for (int i = 0; i < TPI; ++i)
+            if (!ok.v[i]) std::abort();
+    }
     static W next(const W &x) {
         W r;
         for (int i = 0; i < TPI; ++i) r.v[i] = x.v[(i + 1) % TPI];
@@ -477,18 +527,25 @@ UNIFL_HD void keep_words_below(Num<G, LPT> &x, int words) {
 }
 
 // ---- global memory: element i of a batch of 64-bit limbs (limb j at src[i·se + j·sl]), L limbs,
-// starting at limb `off` of the element; words past limb L read as 0 and are not written.
+// starting at limb `off` of the element; words past limb L read as 0 and are not written.  A lane's
+// limbs are consecutive: one 64-bit index for its first, then steps of sl (32-bit limb numbers
+// for the bounds).
+template <class G, int LPT>
+UNIFL_HD typename G::D first_limb_index(const Lay &y, long long i, int off) {
+    return widen(G::lane() * (u32)(LPT / 2) + (u32)off) * (u64)y.sl + (u64)(i * y.se);
+}
+
 template <class G, int LPT>
 UNIFL_HD void load(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, int L, int off = 0) {
     static_assert(LPT % 2 == 0, "a lane holds whole 64-bit limbs");
     typedef typename G::D D;
-    const u64 *row = src + i * y.se;
+    D idx = first_limb_index<G, LPT>(y, i, off);
     UNIFL_UNROLL
     for (int k = 0; k < LPT / 2; ++k) {
-        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
-        const D v = G::gather(row, (limb + (u64)off) * (u64)y.sl, limb < (u64)L);
+        const D v = G::gather(src, idx, G::lane() * (u32)(LPT / 2) + (u32)k < (u32)L);
         x.w[2 * k] = narrow(v);
         x.w[2 * k + 1] = narrow(v >> 32);
+        idx = idx + (u64)y.sl;
     }
 }
 
@@ -496,24 +553,27 @@ UNIFL_HD void load(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, in
 template <class G, int LPT>
 UNIFL_HD void load_cg(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, int L) {
     typedef typename G::D D;
-    const u64 *row = src + i * y.se;
+    D idx = first_limb_index<G, LPT>(y, i, 0);
     UNIFL_UNROLL
     for (int k = 0; k < LPT / 2; ++k) {
-        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
-        const D v = G::gather_cg(row, limb * (u64)y.sl, limb < (u64)L);
+        const D v = G::gather_cg(src, idx, G::lane() * (u32)(LPT / 2) + (u32)k < (u32)L);
         x.w[2 * k] = narrow(v);
         x.w[2 * k + 1] = narrow(v >> 32);
+        idx = idx + (u64)y.sl;
     }
 }
 
+// (dst null: nothing is written -- a group that only keeps its warp converged)
 template <class G, int LPT>
 UNIFL_HD void store(u64 *dst, const Lay &y, long long i, int L, const Num<G, LPT> &x) {
     typedef typename G::D D;
-    u64 *row = dst + i * y.se;
+    const u32 limbs = dst ? (u32)L : 0u;
+    D idx = first_limb_index<G, LPT>(y, i, 0);
     UNIFL_UNROLL
     for (int k = 0; k < LPT / 2; ++k) {
-        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
-        G::scatter(row, limb * (u64)y.sl, widen(x.w[2 * k]) | (widen(x.w[2 * k + 1]) << 32), limb < (u64)L);
+        G::scatter(dst, idx, widen(x.w[2 * k]) | (widen(x.w[2 * k + 1]) << 32),
+                   G::lane() * (u32)(LPT / 2) + (u32)k < limbs);
+        idx = idx + (u64)y.sl;
     }
 }
 
@@ -539,49 +599,46 @@ UNIFL_HD void sstore(u32 *p, const Num<G, LPT> &x) {
 // Resolves the carries between lanes once each lane has added its own parts: `c` is the lane's
 // carry out (0 or 1).  Adds the carry into each lane and returns the carry out of the top lane.
 template <class G, int LPT>
-UNIFL_HD u32 resolve_carries(Num<G, LPT> &t, const typename G::D &c) {
+UNIFL_HD u32 resolve_carries(Num<G, LPT> &t, const typename G::W &c) {
     typedef typename G::W W;
-    typedef typename G::D D;
-    typename G::B ones = c == 0ull;
+    typename G::B ones = c == 0u;
     UNIFL_UNROLL
     for (int k = 0; k < LPT; ++k) ones = ones & (t.w[k] == 0xffffffffu);
-    const u64 g = G::ballot(c != 0ull), p = G::ballot(ones);
+    const u64 g = G::ballot(c != 0u), p = G::ballot(ones);
     const u64 x = g + (g | p);
     const u32 cin = (u32)(x ^ p);
-    D s = widen((W(cin) >> G::lane()) & 1u);
+    typename G::Chain cc;
+    t.w[0] = cc.add_cc(t.w[0], (W(cin) >> G::lane()) & 1u);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        s = s + widen(t.w[k]);
-        t.w[k] = narrow(s);
-        s = s >> 32;
-    }
+    for (int k = 1; k < LPT - 1; ++k) t.w[k] = cc.addc_cc(t.w[k], W(0u));
+    t.w[LPT - 1] = cc.addc(t.w[LPT - 1], W(0u));
     return (u32)(x >> G::TPI) & 1u;
 }
 
-// t += cin, cin a per-lane value added at the lane's word 0 (cin < 2^(32·(LPT−1))); returns the
-// carry out of the group (uniform).
+// t += cin, cin a per-lane 64-bit value added at the lane's word 0; returns the carry out of the
+// group (uniform).
 template <class G, int LPT>
-UNIFL_HD u32 add_in(Num<G, LPT> &t, typename G::D cin) {
-    static_assert(LPT >= 2, "carry-in bound needs two words per lane");
+UNIFL_HD u32 add_in(Num<G, LPT> &t, const typename G::D &cin) {
+    typedef typename G::W W;
+    static_assert(LPT >= 2, "a 64-bit carry-in needs two words per lane");
+    typename G::Chain cc;
+    t.w[0] = cc.add_cc(t.w[0], narrow(cin));
+    t.w[1] = cc.addc_cc(t.w[1], narrow(cin >> 32));
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        cin = cin + widen(t.w[k]);
-        t.w[k] = narrow(cin);
-        cin = cin >> 32;
-    }
-    return resolve_carries<G, LPT>(t, cin);
+    for (int k = 2; k < LPT; ++k) t.w[k] = cc.addc_cc(t.w[k], W(0u));
+    const W c = cc.addc(W(0u), W(0u));
+    return resolve_carries<G, LPT>(t, c);
 }
 
 // r = a + b; returns the carry out (uniform).  r may alias a or b.
 template <class G, int LPT>
 UNIFL_HD u32 add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
-    typename G::D c = 0ull;
+    typedef typename G::W W;
+    typename G::Chain cc;
+    r.w[0] = cc.add_cc(a.w[0], b.w[0]);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        c = c + widen(a.w[k]) + widen(b.w[k]);
-        r.w[k] = narrow(c);
-        c = c >> 32;
-    }
+    for (int k = 1; k < LPT; ++k) r.w[k] = cc.addc_cc(a.w[k], b.w[k]);
+    const W c = cc.addc(W(0u), W(0u));
     return resolve_carries<G, LPT>(r, c);
 }
 
@@ -589,27 +646,22 @@ UNIFL_HD u32 add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
 template <class G, int LPT>
 UNIFL_HD u32 sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
     typedef typename G::W W;
-    typedef typename G::D D;
-    D bw = 0ull;
+    typename G::Chain cc;
+    r.w[0] = cc.sub_cc(a.w[0], b.w[0]);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        const D s = widen(a.w[k]) - widen(b.w[k]) - bw;
-        r.w[k] = narrow(s);
-        bw = s >> 63;
-    }
-    typename G::B zero = bw == 0ull;
+    for (int k = 1; k < LPT; ++k) r.w[k] = cc.subc_cc(a.w[k], b.w[k]);
+    const W bw = cc.subc(W(0u), W(0u));  // 0, or all ones after a borrow
+    // borrows between lanes: a lane whose words are all zero passes one on
+    typename G::B zero = bw == 0u;
     UNIFL_UNROLL
     for (int k = 0; k < LPT; ++k) zero = zero & (r.w[k] == 0u);
-    const u64 g = G::ballot(bw != 0ull), p = G::ballot(zero);
+    const u64 g = G::ballot(bw != 0u), p = G::ballot(zero);
     const u64 x = g + (g | p);
     const u32 bin = (u32)(x ^ p);
-    D bi = widen((W(bin) >> G::lane()) & 1u);
+    r.w[0] = cc.sub_cc(r.w[0], (W(bin) >> G::lane()) & 1u);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        const D s = widen(r.w[k]) - bi;
-        r.w[k] = narrow(s);
-        bi = s >> 63;
-    }
+    for (int k = 1; k < LPT - 1; ++k) r.w[k] = cc.subc_cc(r.w[k], W(0u));
+    r.w[LPT - 1] = cc.subc(r.w[LPT - 1], W(0u));
     return (u32)(x >> G::TPI) & 1u;
 }
 
@@ -662,13 +714,15 @@ UNIFL_HD void reduce_once(Num<G, LPT> &r, const Num<G, LPT> &a, u32 over, const 
 }
 
 // One word step of mont_mul's accumulator (see there): x, y += ai·b, then q·m, then the whole
-// value moves down one word.  x holds 64-bit pairs at even word offsets (x[k]: words 2k, 2k+1),
-// y pairs at odd offsets (y[k]: words 2k+1, 2k+2), w0 a word at offset 0 (up to 33 bits); the
-// lane's value is Σ x[k]·2^(64k) + Σ y[k]·2^(64k+32) + w0, its words LPT and up owed to the lane
-// above.  After the move down the parities swap: the caller passes (y, x) to the next step.
+// value moves down one word.  x holds 64-bit pairs at even word offsets (x[k]: words 2k, 2k+1) and
+// xt the word LPT above them; y pairs at odd offsets (y[k]: words 2k+1, 2k+2) and yt the word
+// LPT + 1; w0 a word at offset 0 (up to 33 bits).  The lane's value is their sum; its words LPT and
+// up are owed to the lane above, and between steps they total under 4 (CIOS keeps t < 2m), so one
+// 32-bit word holds each top.  After the move down the parities swap: the caller passes (y, x).
 template <class G, int LPT>
-UNIFL_HD void mont_step(typename G::D (&x)[LPT / 2 + 1], typename G::D (&y)[LPT / 2 + 1], typename G::D &w0,
-                        u32 ai, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+UNIFL_HD void mont_step(typename G::D (&x)[LPT / 2], typename G::W &xt, typename G::D (&y)[LPT / 2],
+                        typename G::W &yt, typename G::D &w0, u32 ai, const Num<G, LPT> &b,
+                        const Mod<G, LPT> &md) {
     typedef typename G::W W;
     typedef typename G::D D;
     constexpr int H = LPT / 2;
@@ -677,32 +731,32 @@ UNIFL_HD void mont_step(typename G::D (&x)[LPT / 2 + 1], typename G::D (&y)[LPT 
     x[0] = cc.mad_cc(ai, b.w[0], x[0]);
     UNIFL_UNROLL
     for (int k = 1; k < H; ++k) x[k] = cc.madc_cc(ai, b.w[2 * k], x[k]);
-    x[H] = cc.addc(x[H], D(0ull));
+    xt = cc.addc(xt, W(0u));
     y[0] = cc.mad_cc(ai, b.w[1], y[0]);
     UNIFL_UNROLL
     for (int k = 1; k < H; ++k) y[k] = cc.madc_cc(ai, b.w[2 * k + 1], y[k]);
-    y[H] = cc.addc(y[H], D(0ull));
+    yt = cc.addc(yt, W(0u));
     // q = t_0·(−m^-1) mod 2^32 from lane 0, so that t + q·m ≡ 0 mod 2^32
     const u32 q = G::bcast(narrow(x[0]) + narrow(w0), 0) * md.m0inv;
     x[0] = cc.mad_cc(q, md.m.w[0], x[0]);
     UNIFL_UNROLL
     for (int k = 1; k < H; ++k) x[k] = cc.madc_cc(q, md.m.w[2 * k], x[k]);
-    x[H] = cc.addc(x[H], D(0ull));
+    xt = cc.addc(xt, W(0u));
     y[0] = cc.mad_cc(q, md.m.w[1], y[0]);
     UNIFL_UNROLL
     for (int k = 1; k < H; ++k) y[k] = cc.madc_cc(q, md.m.w[2 * k + 1], y[k]);
-    y[H] = cc.addc(y[H], D(0ull));
+    yt = cc.addc(yt, W(0u));
     // t /= 2^32: word 0 leaves the lane for the top of the lane below (lane 0's is 0 by the choice
     // of q, and reaches the top lane as the word above the class); what is left of x[0] stays
     const D s = widen(narrow(x[0])) + w0;
     const W in = G::next(narrow(s));
     w0 = (x[0] >> 32) + (s >> 32);
-    // the x pairs move to odd offsets: x[k] -> (new y)[k - 1]; the lane above's word lands at
-    // word LPT − 1, the low half of x[H]'s new place
+    // the x pairs move to odd offsets: x[k] -> (new y)[k − 1]; xt and the lane above's word land
+    // at word LPT − 1, the low half of x[H − 1]'s new place
     UNIFL_UNROLL
     for (int k = 0; k < H - 1; ++k) x[k] = x[k + 1];
-    x[H - 1] = x[H] + widen(in);
-    x[H] = 0ull;
+    x[H - 1] = widen(xt) + widen(in);
+    xt = 0u;
 }
 
 // r = a·b·R^-1 mod m (R = 2^(32·n32)); a < R, b < m.  r may alias a or b.
@@ -718,17 +772,20 @@ UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &
     typedef typename G::D D;
     constexpr int H = LPT / 2;
     static_assert(LPT % 2 == 0 && LPT >= 2, "whole pairs of words per lane");
-    D x[H + 1], y[H + 1], w0 = 0ull;
+    D x[H], y[H], w0 = 0ull;
+    W xt = 0u, yt = 0u;
     UNIFL_UNROLL
-    for (int k = 0; k <= H; ++k) x[k] = y[k] = 0ull;
+    for (int k = 0; k < H; ++k) x[k] = y[k] = 0ull;
     // the words of a by lanes: n32 / LPT whole lanes, then the first n32 % LPT words of the next
-    // (n32 = 2·L and LPT are even, so steps go by pairs and x, y are back in place after each)
-    const int full = md.n32 / LPT, rest = md.n32 % LPT;
-    for (int src = 0; src < full; ++src) {
+    // (n32 = 2·L and LPT are even, so steps go by pairs and x, y are back in place after each).
+    // One lane's words per trip: two per trip measured the same instructions per word (the loop's
+    // own moves and test vanish in the steps) for ten more registers in the exponentiations.
+    const unsigned n32 = (unsigned)md.n32, full = n32 / LPT, rest = n32 % LPT;
+    for (unsigned src = 0; src < full; ++src) {
         UNIFL_UNROLL
         for (int k = 0; k < LPT; k += 2) {
-            mont_step<G, LPT>(x, y, w0, G::bcast(a.w[k], src), b, md);
-            mont_step<G, LPT>(y, x, w0, G::bcast(a.w[k + 1], src), b, md);
+            mont_step<G, LPT>(x, xt, y, yt, w0, G::bcast(a.w[k], (int)src), b, md);
+            mont_step<G, LPT>(y, yt, x, xt, w0, G::bcast(a.w[k + 1], (int)src), b, md);
         }
     }
     if (rest) {  // one pair at a time, the lane's words moving down two places per pair
@@ -736,20 +793,20 @@ UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &
 #ifdef __CUDA_ARCH__
 #pragma unroll 1
 #endif
-        for (int k = 0; k < rest; k += 2) {
-            mont_step<G, LPT>(x, y, w0, G::bcast(as.w[0], full), b, md);
-            mont_step<G, LPT>(y, x, w0, G::bcast(as.w[1], full), b, md);
+        for (unsigned k = 0; k < rest; k += 2) {
+            mont_step<G, LPT>(x, xt, y, yt, w0, G::bcast(as.w[0], (int)full), b, md);
+            mont_step<G, LPT>(y, yt, x, xt, w0, G::bcast(as.w[1], (int)full), b, md);
             UNIFL_UNROLL
             for (int j = 0; j + 2 < LPT; ++j) as.w[j] = as.w[j + 2];
         }
     }
     // join: t = x + y·2^32 + w0, the lane's LPT words and what it owes the lane above (pend)
     typename G::Chain cc;
-    D p[H + 1];
+    D p[H];
     p[0] = cc.add_cc(x[0], w0);
     UNIFL_UNROLL
     for (int k = 1; k < H; ++k) p[k] = cc.addc_cc(x[k], D(0ull));
-    p[H] = cc.addc(x[H], D(0ull));
+    const W pt = cc.addc(xt, W(0u));
     Num<G, LPT> t;
     t.w[0] = narrow(p[0]);
     t.w[1] = cc.add_cc(narrow(p[0] >> 32), narrow(y[0]));
@@ -758,13 +815,20 @@ UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &
         t.w[2 * k] = cc.addc_cc(narrow(p[k]), narrow(y[k - 1] >> 32));
         t.w[2 * k + 1] = cc.addc_cc(narrow(p[k] >> 32), narrow(y[k]));
     }
-    const W lo = cc.addc_cc(narrow(p[H]), narrow(y[H - 1] >> 32));
-    const W hi = cc.addc(narrow(p[H] >> 32), narrow(y[H]));
-    const D pend = widen(lo) | (widen(hi) << 32);  // < 2^64: carries, and under 2 at the top lane
+    const W lo = cc.addc_cc(pt, narrow(y[H - 1] >> 32));
+    const W hi = cc.addc(yt, W(0u));
+    G::check((hi == 0u) & (lo < 4u));  // the words above the lane's total under 4 (see mont_step)
+    const D pend = widen(lo);  // the carries owed to the lane above (at the top lane: under 2)
     // the top lane's pending carry is the word above the class (at most 1: t < 2m)
     const u32 over_top = G::bcast(narrow(pend), G::TPI - 1);
     const u32 over = add_in<G, LPT>(t, G::up(pend, 1)) + over_top;
     reduce_once<G, LPT>(r, t, over, md);
+}
+
+// r = a²·R^-1 mod m
+template <class G, int LPT>
+UNIFL_HD void mont_sqr(Num<G, LPT> &r, const Num<G, LPT> &a, const Mod<G, LPT> &md) {
+    mont_mul<G, LPT>(r, a, a, md);
 }
 
 template <class G, int LPT>
@@ -794,9 +858,14 @@ UNIFL_HD void mod_add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b
 }
 
 // r = (a − b) mod m for a, b < m
+// (no branch: m or 0 is added, so the groups of a warp stay converged)
 template <class G, int LPT>
 UNIFL_HD void mod_sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
-    if (sub<G, LPT>(r, a, b)) add<G, LPT>(r, r, md.m);
+    const bool borrow = sub<G, LPT>(r, a, b) != 0;
+    Num<G, LPT> m;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) m.w[k] = borrow ? md.m.w[k] : typename G::W(0u);
+    add<G, LPT>(r, r, m);
 }
 
 // r = a·b mod 2^(32·words), the product's low `words` words (a full product when the class holds
@@ -855,35 +924,46 @@ UNIFL_HD void shift_down_words(Num<G, LPT> &r, const Num<G, LPT> &x, int sh) {
 }
 
 // ================================================================================ exponentiation
-constexpr int kWin = 4;                      // fixed 4-bit windows: 16 table entries
-constexpr int kTable = 1 << kWin;
+// Fixed windows of w bits (a kernel argument: 3, 4 or 5), 2^w table entries in the group's shared
+// memory.  A smaller window halves the table (more groups per SM where shared memory caps them) for
+// about one MontMult in 3w more per exponent bit; which wins is the device's to measure.
+constexpr int kMinWindow = 3, kMaxWindow = 5;
 
 // Words of shared memory one group's window table takes (plus TPI words of skew so that the
 // tables of the groups of a warp start in different banks).
 template <class G, int LPT>
-UNIFL_HD constexpr int table_words() { return kTable * LPT * G::TPI + G::TPI; }
+UNIFL_HD constexpr int table_words(int w) { return (1 << w) * LPT * G::TPI + G::TPI; }
 
-// 4-bit digit d of an exponent of Le limbs, 0 past them (uniform: every lane reads the same words)
-UNIFL_HD unsigned digit(const u64 *e, int Le, int d) {
-    const int l = d / (64 / kWin);
-    return l < Le ? (unsigned)(e[l] >> ((d % (64 / kWin)) * kWin)) & (kTable - 1) : 0u;
+// w bits of a (La limbs) from bit `pos`, 0 past them (uniform: every lane reads the same words)
+UNIFL_HD unsigned bits_at(const u64 *a, int La, int pos, int w) {
+    const int l = pos / 64, s = pos % 64;
+    if (l >= La) return 0;
+    u64 v = a[l] >> s;
+    if (s + w > 64 && l + 1 < La) v |= a[l + 1] << (64 - s);
+    return (unsigned)(v & ((1ull << w) - 1));
 }
+
+// w-bit digit d of an exponent of Le limbs
+UNIFL_HD unsigned digit(const u64 *e, int Le, int d, int w) { return bits_at(e, Le, d * w, w); }
 
 // digits to process for an exponent of Le limbs: through its top nonzero digit (0 for e = 0)
-UNIFL_HD int exp_digits(const u64 *e, int Le) {
-    int nd = Le * (64 / kWin);
-    while (nd > 0 && digit(e, Le, nd - 1) == 0) --nd;
-    return nd;
+UNIFL_HD int exp_digits(const u64 *e, int Le, int w) {
+    int top = Le - 1;
+    while (top >= 0 && e[top] == 0) --top;
+    if (top < 0) return 0;
+    int bits = 64 * top;
+    for (u64 v = e[top]; v; v >>= 1) ++bits;
+    return (bits + w - 1) / w;
 }
 
-// r = x^e·R mod m for x̄ = x·R mod m (e of Le limbs); the 16-entry table in the group's shared
-// memory `tab`.
+// r = x^e·R mod m for x̄ = x·R mod m (e of Le limbs), w-bit windows, the 2^w-entry table in the
+// group's shared memory `tab`.
 // `nd` digits are processed (>= exp_digits(e)); with `always_mul` a zero digit still multiplies
 // (by entry 0 = R mod m), so the instruction stream depends only on nd -- the CRT halves of a
-// group (different exponents, same nd) then run in step.
+// group (different exponents, same nd) then run in step, and so do the groups of a converged warp.
 template <class G, int LPT>
 UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, int Le, int nd, bool always_mul,
-                       const Mod<G, LPT> &md, u32 *tab) {
+                       const Mod<G, LPT> &md, u32 *tab, int w) {
     const int row = LPT * G::TPI;
     Num<G, LPT> acc, t;
     mont_one<G, LPT>(acc, md);
@@ -894,14 +974,14 @@ UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, in
     sstore<G, LPT>(tab, acc);
     sstore<G, LPT>(tab + row, xbar);
     t = xbar;
-    for (int d = 2; d < kTable; ++d) {
+    for (int d = 2; d < (1 << w); ++d) {
         mont_mul<G, LPT>(t, t, xbar, md);
         sstore<G, LPT>(tab + d * row, t);
     }
-    sload<G, LPT>(acc, tab + digit(e, Le, nd - 1) * row);
+    sload<G, LPT>(acc, tab + digit(e, Le, nd - 1, w) * row);
     for (int d = nd - 2; d >= 0; --d) {
-        for (int s = 0; s < kWin; ++s) mont_mul<G, LPT>(acc, acc, acc, md);
-        const unsigned dig = digit(e, Le, d);
+        for (int s = 0; s < w; ++s) mont_sqr<G, LPT>(acc, acc, md);
+        const unsigned dig = digit(e, Le, d, w);
         if (dig || always_mul) {
             sload<G, LPT>(t, tab + dig * row);
             mont_mul<G, LPT>(acc, acc, t, md);
