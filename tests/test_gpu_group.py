@@ -205,6 +205,11 @@ def test_windows_and_wide_shapes_match_python(window, wide, bits):
     got = from_limbs(_gpu_host.exp(key, _rows(xs, L), shared, 1, True, 2, group=True,
                                    window=window, wide=wide))
     assert got == [pow(x, es[-2], m) for x in xs]
+    # the device's converged-warp schedule: every group runs the longest digit count of its warp
+    # and multiplies at every digit (zero digits, leading zeros included)
+    got = from_limbs(_gpu_host.exp(key, _rows(xs, L), _rows(es, L), 1, True, 2, group=True,
+                                   window=window, wide=wide, converged=True))
+    assert got == [pow(x, e, m) for x, e in zip(xs, es)], (bits, window, wide, "converged")
 
 
 @pytest.mark.parametrize("window", [3, 5])

@@ -379,14 +379,23 @@ struct HostChain {
     }
 };
 
-template <int TPI_>
+// The warp-wide digit count a converged host run stands in for (HostLanes<TPI, true>::warp_max): the
+// harness sets it to the largest of the call before running it.
+inline int &host_warp_digits() {
+    static int v = 0;
+    return v;
+}
+
+// kWarp: the converged-warp policy's semantics (WarpLanes<TPI, true>) for the bodies that branch on
+// it: warp_max answers the call's largest value (host_warp_digits), as a warp of groups would.
+template <int TPI_, bool kWarp = false>
 struct HostLanes {
     static constexpr int TPI = TPI_;
-    static constexpr bool kConverged = false;  // one group at a time
+    static constexpr bool kConverged = kWarp;
     typedef Lanes<u32, TPI> W;
     typedef Lanes<u64, TPI> D;
     typedef Lanes<bool, TPI> B;
-    typedef HostLanes<TPI_ / 2> Half;
+    typedef HostLanes<TPI_ / 2, kWarp> Half;
 
     static W lane() {
         W r;
@@ -394,7 +403,7 @@ struct HostLanes {
         return r;
     }
     static u32 bcast(const W &x, int src) { return x.v[src]; }
-    static int warp_max(int v) { return v; }
+    static int warp_max(int v) { return kWarp && host_warp_digits() > v ? host_warp_digits() : v; }
     // an invariant of the arithmetic: a lane that breaks it stops the harness
     static void check(const B &ok) {
         for (int i = 0; i < TPI; ++i)

@@ -312,8 +312,9 @@ void check_tuning(int window, bool wide, bool group, const char *fn) {
 }
 
 Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads, bool group,
-            int window, bool wide) {
+            int window, bool wide, bool converged) {
     check_tuning(window, wide, group, "exp");
+    if (converged && !group) bad_arg("exp", "converged", "is a policy of the cooperative (group) bodies only");
     const int L = check_ctx_blob(key_, "exp");
     Limbs key = arr(key_, "exp", "key", {kAny});
     const u64 *kb = key.data();
@@ -329,11 +330,23 @@ Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa
         Batch X(ro(base), n, L, soa), O(mut(out), n, L, soa);
         const u64 *e = exps.data();
         const int lm = unifl_gpu::ctx_lmax(kb);
+        // converged: the device's converged-warp path (every group runs the longest digit schedule
+        // of its warp and multiplies at every digit), with the whole call standing in for a warp
+        if (converged) {
+            int most = 0;
+            for (long long i = 0; i < (shared ? 1 : n); ++i)
+                most = std::max(most, unifl_gpu::coop::exp_digits(e + i * Le, Le, window));
+            unifl_gpu::coop::host_warp_digits() = most;
+        }
         auto body = [&](auto tpi, auto lpt) {
             constexpr int TPI = decltype(tpi)::value, LPT = decltype(lpt)::value;
             run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared,
-                                                    mode);
+                if (converged)
+                    unifl_gpu::coop::gbody_exp<unifl_gpu::coop::HostLanes<TPI, true>, LPT>(
+                        i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
+                else
+                    unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le,
+                                                        shared, mode);
             }, window);
         };
         need(wide ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
@@ -655,9 +668,10 @@ PYBIND11_MODULE(_gpu_host, mod) {
     mod.def("mul", &mul, py::arg("key"), py::arg("a"), py::arg("b"), py::arg("mode"),
             py::arg("soa"), py::arg("threads"), py::arg("group") = false);
     // window: the cooperative bodies' exponent window (3, 4, 5); wide: their wide shape
+    // converged: the converged-warp policy's exponent schedule (the call standing in for a warp)
     mod.def("exp", &power, py::arg("key"), py::arg("base"), py::arg("exps"), py::arg("mode"),
             py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("window") = 4,
-            py::arg("wide") = false);
+            py::arg("wide") = false, py::arg("converged") = false);
     mod.def("multi_exp", &multi_exp, py::arg("key"), py::arg("bases"), py::arg("exps"),
             py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("chunk") = 1,
             py::arg("window") = 4);

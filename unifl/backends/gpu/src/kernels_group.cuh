@@ -59,6 +59,18 @@ inline int priv_group_lmax(const u64 *blob) {
     return c;
 }
 
+// The context of CRT half s (0: p's, 1: q's), copied: a reference to one of two members picked at
+// run time takes the key struct's address and puts it in local memory (ptxas: a stack frame).
+UNIFL_HD ModCtx either(int s, const ModCtx &p, const ModCtx &q) {
+    ModCtx c;
+    c.m = s ? q.m : p.m;
+    c.r1 = s ? q.r1 : p.r1;
+    c.r2 = s ? q.r2 : p.r2;
+    c.n0inv = s ? q.n0inv : p.n0inv;
+    c.L = s ? q.L : p.L;
+    return c;
+}
+
 // a per-lane value that is 1 on the group's lane 0, else 0 (adds 1 to a number through add_in)
 template <class G>
 UNIFL_HD typename G::D one_at_lane0() {
@@ -177,7 +189,7 @@ UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab
     const int nd = ndp > ndq ? ndp : ndq;
     Num<G, LPT> xh;
     G::halves([&](H, int s) {
-        const Mod<H, LPT> md = make_mod<H, LPT>(s ? k.q2 : k.p2);
+        const Mod<H, LPT> md = make_mod<H, LPT>(either(s, k.p2, k.q2));
         Num<H, LPT> x;
         if (s)
             load<H, LPT>(x, yq, lay_q, i, k.Lq);
@@ -204,7 +216,7 @@ UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int 
     const int nd = ndp > ndq ? ndp : ndq;
     Num<G, LPT> res, unit;
     G::halves([&](H, int s) {
-        const ModCtx &sqc = s ? k.q2 : k.p2, &sc = s ? k.q : k.p;
+        const ModCtx sqc = either(s, k.p2, k.q2), sc = either(s, k.p, k.q);
         const Mod<H, LPT> msq = make_mod<H, LPT>(sqc);
         const int K = s ? k.Kq : k.Kp;
         const u64 *Wc = s ? k.Wq : k.Wp;
@@ -469,7 +481,7 @@ UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp,
     const OwnerKey k = parse_owner(key);
     Num<G, LPT> xh;
     G::halves([&](H, int s) {
-        const Mod<H, LPT> md = make_mod<H, LPT>(s ? k.q2 : k.p2);
+        const Mod<H, LPT> md = make_mod<H, LPT>(either(s, k.p2, k.q2));
         Num<H, LPT> x;
         comb_power<H, LPT>(x, s ? tq : tp, w, nwin, a + i * (long long)La, La, md);
         from_mont<H, LPT>(x, x, md);
