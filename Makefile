@@ -77,7 +77,7 @@ gpu-proxies: $(DEV_STAMP)
 	  --span '#1=0' --lanes 8 --min-share 0.30 --json bench/results/gpu_proxies.json
 
 # the baseline of bench/gpu_checks.sh, prepared where git and nvcc are (no GPU needed): the tree at
-# 72c8f0e (the kernels issue 26 measured) with its CUDA library in build/gpu-baseline, and this
+# 72c8f0e (the cooperative kernels as measured on an H200) with its CUDA library in build/gpu-baseline, and this
 # tree's library; carry both to the GPU machine (docs/gpu.md, "GPU checks")
 gpu-baseline: $(DEV_STAMP)
 	PYTHON=$(abspath $(BIN))/python UNIFL_CUDA_ARCHS=$${UNIFL_CUDA_ARCHS:-90} bash bench/gpu_checks.sh prepare

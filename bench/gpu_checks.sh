@@ -4,8 +4,8 @@
 #   1. the machine (nvidia-smi, nvcc, python);
 #   2. the CUDA library of this tree (unifl/backends/gpu/libunifl_gpu.so: kept when present, e.g.
 #      built here by CI's nvcc and carried over; else built for this GPU's sm_90 only) and of the
-#      baseline tree (BASE, default build/gpu-baseline: the tree at BASE_COMMIT, the kernels the
-#      issue measured; `make gpu-baseline` prepares it on any machine with git and nvcc, else it is
+#      baseline tree (BASE, default build/gpu-baseline: the tree at BASE_COMMIT, the cooperative kernels
+#      as measured on an H200; `make gpu-baseline` prepares it on any machine with git and nvcc, else it is
 #      taken from git here) -- the two builds run at once;
 #   3. both kernel families of this tree against cpu on the device, the cooperative ones under every
 #      window and shape (the gpu-marked tests of test_gpu_kernels.py: exact results before timing);
@@ -65,12 +65,17 @@ sys.exit(0 if os.path.exists(os.path.join(here, b.LIBRARY)) else 1)')
 if [ ! -d "$BASE/unifl" ]; then
     step baseline_tree 60 bash -c "mkdir -p '$BASE' && git archive '$BASE_COMMIT' | tar -x -C '$BASE'"
 fi
+export PY
+export -f build_lib
 pids=()
-if ! built .; then (step build_new 420 build_lib .) & pids+=($!); fi
-if ! built "$BASE"; then (step build_baseline 420 build_lib "$BASE") & pids+=($!); fi
+if ! built .; then (step build_new 600 bash -c 'build_lib .') & pids+=($!); fi
+if ! built "$BASE"; then (step build_baseline 600 bash -c "build_lib '$BASE'") & pids+=($!); fi
 for p in "${pids[@]}"; do wait "$p"; done
 built . || { echo "no CUDA library for this tree"; status=1; }
-built "$BASE" || echo "no CUDA library for the baseline: its rows will be missing"
+if ! built "$BASE"; then
+    echo "no CUDA library for the baseline: its rows will be missing"
+    [ "$QUICK" = prepare ] && status=1
+fi
 if [ "$QUICK" = prepare ]; then echo "=== gpu_checks prepare: exit $status"; exit $status; fi
 
 # 3. exact on the device first

@@ -20,7 +20,7 @@ call staged and its result left on the device, decryption fetching its plaintext
   alternatives.
 
 Each rate is the best of ``--repeats`` timed calls after one untimed call.  The table prints the
-old and new figures, their ratio, and the issue's targets (ModExp >= 250k/s, public encryption
+old and new figures, their ratio, and the targets of the cooperative kernels (ModExp >= 250k/s, public encryption
 >= 500k/s, key owner and decryption >= 2 M/s, 32 encryptions < 10 ms).  Without a CUDA device the
 script stops with exit status 2 and the backend's reason.
 """
