@@ -7,7 +7,8 @@
 // Single source, two policies.  Every routine here is a template over a lane policy G:
 //   WarpLanes<TPI>  (nvcc, device)  a per-lane value is a plain register (u32 / u64 / bool), the
 //                                   group primitives are __shfl_sync / __ballot_sync on the group's
-//                                   lanes;
+//                                   lanes (on the whole warp for WarpLanes<TPI, true>, whose kernels
+//                                   keep every group of a warp on the same path);
 //   HostLanes<TPI>  (g++, host)     a per-lane value is Lanes<T, TPI>, the values of all TPI lanes,
 //                                   and every operation runs on all of them in lockstep; a shuffle
 //                                   reads another lane's slot, a vote builds the mask.
@@ -15,17 +16,19 @@
 // broadcast, a vote mask, loop counters) are plain scalars.  So on the host a lane-varying value
 // used where a uniform one is needed (a branch, a loop bound) does not compile: control flow is
 // uniform within a group by construction, which is what makes the warp code converge and the
-// host emulation exact.
+// host emulation exact.  The policies' carry chains (G::Chain: PTX .cc instructions on the device,
+// their carry flag emulated and checked per lane on the host) are the same duality for the adds.
 //
 // Math.  MontMult is word-serial CIOS (Koç, Acar, Kaliski 1996) distributed over the lanes: per
 // word a_i of the multiplier, every lane adds a_i·b and q·m on its own words (q = t_0·(−m^-1) mod
 // 2^32 from lane 0, one broadcast), and the whole accumulator shifts down one word (one shuffle).
-// Carries between lanes are not propagated per word: each lane keeps a pending 64-bit carry for the
-// word above its top word and folds it in at the shift (t stays exact as Σ lanes), and one carry
-// resolution (a vote-based carry-lookahead over the lanes) runs at the end.  So a MontMult of n
-// words is n iterations of 2·LPT 32×32→64 multiply-adds per lane -- 2n² products over the group,
-// the 4n² IMAD slots of the model -- plus 3 shuffles per word.  R = 2^(32·n32) with n32 = 2·L the
-// modulus' own word count (the same R = 2^(64·L) as unifl.core.montgomery), whatever the class.
+// A lane keeps its part as 64-bit pairs at even and odd word offsets, so each 32×32→64 product is
+// one multiply-add with carry in and out on a chain (mont_step); carries between lanes are not
+// propagated per word: the words above a lane's top stay with it until they shift down, and one
+// carry resolution (a vote-based carry-lookahead over the lanes) runs at the end.  So a MontMult of
+// n words is n steps of 2·LPT products per lane -- 2n² products over the group, the 4n² IMAD slots
+// of the model -- plus 3 shuffles per word.  R = 2^(32·n32) with n32 = 2·L the modulus' own word
+// count (the same R = 2^(64·L) as unifl.core.montgomery), whatever the class.
 //
 // Carry lookahead over lanes.  After each lane has added what it owns, lane i either generates a
 // carry (g_i), propagates one (all its words are ones: p_i), or kills it; the carries into the
