@@ -44,9 +44,17 @@ step() {   # step NAME TIMEOUT_S CMD... : run, append to $OUT/checks.log, rememb
     [ $rc -ne 0 ] && [ $status -eq 0 ] && status=$rc
     return 0
 }
-built() {  # built TREE: its CUDA library is there and its build record says built
+built() {  # built TREE: its CUDA library is there, its build record says built and, where the
+           # record has the sources' digest (this tree's build step writes it), it is theirs
     [ -f "$1/unifl/backends/gpu/libunifl_gpu.so" ] &&
-        grep -q '"built": true' "$1/unifl/backends/gpu/_build_info.json" 2>/dev/null
+        grep -q '"built": true' "$1/unifl/backends/gpu/_build_info.json" 2>/dev/null &&
+        (cd "$1" && "$PY" -c '
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("b", "unifl/backends/gpu/build.py")
+b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)
+rec = json.load(open("unifl/backends/gpu/_build_info.json"))
+have = getattr(b, "sources_digest", None)
+sys.exit(0 if have is None or rec.get("sources") == have("unifl/backends/gpu") else 1)')
 }
 build_lib() {  # build_lib TREE: the CUDA library alone (the tree's own build step; nvcc as it finds it)
     (cd "$1" && env UNIFL_CUDA_BUILD=1 UNIFL_CUDA_ARCHS="${UNIFL_CUDA_ARCHS:-90}" "$PY" -c '
@@ -65,11 +73,15 @@ sys.exit(0 if os.path.exists(os.path.join(here, b.LIBRARY)) else 1)')
 if [ ! -d "$BASE/unifl" ]; then
     step baseline_tree 60 bash -c "mkdir -p '$BASE' && git archive '$BASE_COMMIT' | tar -x -C '$BASE'"
 fi
+# (the baseline's own build step compiles sm_80 and sm_90: minutes on a GPU machine's cores, up to
+# ten or more on two shared ones -- BUILD_TIMEOUT, seconds)
+[ "$QUICK" = prepare ] && : "${BUILD_TIMEOUT:=3600}"
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-900}
 export PY
 export -f build_lib
 pids=()
-if ! built .; then (step build_new 600 bash -c 'build_lib .') & pids+=($!); fi
-if ! built "$BASE"; then (step build_baseline 600 bash -c "build_lib '$BASE'") & pids+=($!); fi
+if ! built .; then (step build_new "$BUILD_TIMEOUT" bash -c 'build_lib .') & pids+=($!); fi
+if ! built "$BASE"; then (step build_baseline "$BUILD_TIMEOUT" bash -c "build_lib '$BASE'") & pids+=($!); fi
 for p in "${pids[@]}"; do wait "$p"; done
 built . || { echo "no CUDA library for this tree"; status=1; }
 if ! built "$BASE"; then

@@ -25,6 +25,7 @@ The library is rebuilt only when a kernel source or this file is newer than it.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -152,6 +153,21 @@ def cuda_wanted(env: dict[str, str] | None = None) -> tuple[bool, str]:
                    "requirements-cuda.txt or the unifl[cuda] extra)")
 
 
+def sources_digest(folder: str) -> str:
+    """SHA-256 over the kernel sources (src/*.cu, *.cuh, *.h) and this file, names and contents:
+    recorded in _build_info.json, so a copied tree can tell whether its library is its own
+    (bench/gpu_checks.sh) whatever the copy did to file times."""
+    src = os.path.join(folder, "src")
+    paths = sorted(glob.glob(os.path.join(src, "*.cu")) + glob.glob(os.path.join(src, "*.cuh"))
+                   + glob.glob(os.path.join(src, "*.h")))
+    h = hashlib.sha256()
+    for path in [*paths, os.path.abspath(__file__)]:
+        h.update(os.path.basename(path).encode())
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
 def _build_cuda(folder: str, out_dir: str) -> None:
     info: dict[str, Any] = {"built": False}
     wanted, why = cuda_wanted()
@@ -185,7 +201,8 @@ def _build_cuda(folder: str, out_dir: str) -> None:
                *[os.path.join(src, f) for f in SOURCES], "-o", target]
         if os.environ.get("CGBN_INCLUDE_DIR"):
             cmd[1:1] = [f"-I{os.environ['CGBN_INCLUDE_DIR']}", "-DUNIFL_WITH_CGBN=1"]
-        info.update(nvcc=nvcc, found_by=how, command=" ".join(cmd))
+        info.update(nvcc=nvcc, found_by=how, command=" ".join(cmd),
+                    sources=sources_digest(folder))
         fresh = fresh and before.get("built") is True and before.get("command") == info["command"]
         try:
             info["nvcc_version"] = subprocess.run(
