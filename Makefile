@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 DEV_STAMP := $(VENV)/.unifl-dev-installed
 
-.PHONY: demo test test-full test-fate lint bench build devices fuzz wheel check-wheel clean gpu-proxies
+.PHONY: demo test test-full test-fate lint bench build devices fuzz wheel check-wheel clean gpu-proxies \
+	gpu-baseline
 
 demo: build
 	$(BIN)/unifl demo
@@ -65,13 +66,21 @@ test-fate: build $(FATE_STAMP) $(FATE_FLOW_STAMP)
 # ------------------------------------------------------------------------------------------------
 
 # compile-time figures of the CUDA kernels, no GPU needed (nvcc, cuobjdump and nvdisasm from
-# requirements-cuda.txt): fails when a cooperative kernel spills or has a stack frame over 2 KiB;
-# prints registers/occupancy per kernel and the IMAD slots of the 2048-bit cooperative MontMult
-# against the 4n² model (docs/gpu.md, "Proxies")
+# requirements-cuda.txt): fails when a cooperative kernel spills or has a stack frame over 2 KiB,
+# or when the 32x32->64 products fall under 30 % of what the 2048-bit cooperative MontMult issues
+# (its main loop: 8 trips of 8 words; the loop for word counts that are not a multiple of 8: none)
+# or of one trip of its main loop; prints registers/occupancy per kernel and the IMAD slots of that
+# MontMult against the 4n² model (docs/gpu.md, "Proxies")
 gpu-proxies: $(DEV_STAMP)
 	@mkdir -p bench/results
-	$(BIN)/python bench/gpu_proxies.py --check --montmult 'k_mul_g<32>' --bits 2048 --span '#0=8' \
-	  --lanes 8 --json bench/results/gpu_proxies.json
+	$(BIN)/python -m tools.gpu.proxies --check --montmult 'k_mul_g<32>' --bits 2048 --span '#0=8' \
+	  --span '#1=0' --lanes 8 --min-share 0.30 --json bench/results/gpu_proxies.json
+
+# the baseline of bench/gpu_checks.sh, prepared where git and nvcc are (no GPU needed): the tree at
+# 72c8f0e (the cooperative kernels as measured on an H200) with its CUDA library in build/gpu-baseline, and this
+# tree's library; carry both to the GPU machine (docs/gpu.md, "GPU checks")
+gpu-baseline: $(DEV_STAMP)
+	PYTHON=$(abspath $(BIN))/python UNIFL_CUDA_ARCHS=$${UNIFL_CUDA_ARCHS:-90} bash bench/gpu_checks.sh prepare
 
 bench: build $(DEV_STAMP)
 	$(BIN)/unifl bench

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The optional CGBN variant's build check (docs/gpu.md, "Optional CGBN variant"): compiles
-# unifl/backends/gpu/src/gpu_runtime.cu with -DUNIFL_WITH_CGBN=1 against a CGBN checkout with the
+# the gpu library (unifl/backends/gpu/src/*.cu; CGBN goes into kernels.cu) with -DUNIFL_WITH_CGBN=1 against a CGBN checkout with the
 # exact flags of unifl/backends/gpu/build.py (sm_80 + sm_90 SASS, compute_90 PTX, every warning an
 # error) into a temporary folder, then prints
 #   * the ptxas figures (registers, stack frame, spills) of the CGBN ModExp kernels per arch,
@@ -37,7 +37,7 @@ fi
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=$ROOT/unifl/backends/gpu/src
-[ -f "$SRC/gpu_runtime.cu" ] && [ -f "$SRC/gpu_cgbn.cuh" ] || die "kernel sources not found under $SRC"
+[ -f "$SRC/kernels.cu" ] && [ -f "$SRC/gpu_cgbn.cuh" ] || die "kernel sources not found under $SRC"
 
 PY=${PYTHON:-python3}
 if [ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python; fi
@@ -80,7 +80,7 @@ fi
 # compile a snapshot: nvcc reads the sources once per pass (host, compute_80, compute_90), so an
 # edit in the tree during the minutes of the compile could give the passes different kernels
 mkdir "$TMP/src"
-cp -p "$SRC"/*.cu "$SRC"/*.cuh "$TMP/src/"
+cp -p "$SRC"/*.cu "$SRC"/*.cuh "$SRC"/*.h "$TMP/src/"
 echo "CGBN:   $CGBN_INC (commit $CGBN_COMMIT)"
 echo "nvcc:   $NVCC_BIN ($("$NVCC_BIN" --version | tail -n 1))"
 echo "source: $SRC (copied to $TMP/src)"
@@ -90,7 +90,8 @@ SRC=$TMP/src
 CMD=("$NVCC_BIN" "-I$CGBN_INC" -DUNIFL_WITH_CGBN=1 -std=c++17 -O3 -shared -Xcompiler -fPIC
      -Xcompiler -Wall,-Werror -Werror all-warnings
      -gencode arch=compute_80,code=sm_80 -gencode "arch=compute_90,code=[sm_90,compute_90]"
-     "-I$SRC" "${LIBDIRS[@]}" -Xptxas -v "$SRC/gpu_runtime.cu" -o "$TMP/libunifl_gpu.so")
+     "-I$SRC" "${LIBDIRS[@]}" -Xptxas -v "$SRC/kernels.cu" "$SRC/device_runtime.cu" "$SRC/c_api.cu"
+     -o "$TMP/libunifl_gpu.so")
 echo "compiling (minutes: the whole CUDA library, 3 passes): ${CMD[*]}"
 t0=$SECONDS
 if ! "${CMD[@]}" >"$TMP/nvcc.log" 2>&1; then

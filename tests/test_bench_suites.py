@@ -150,3 +150,38 @@ def test_worker_failure_is_a_typed_error_with_its_stderr():
         pass
     with pytest.raises(BenchmarkWorkerError, match="(?s)exited 1.*No module named"):
         run_worker(sys.executable, ["fate-kit", "--bits", "1024", "--repeats", "1"], timeout=120)
+
+
+def test_gpu_targets_table_sets_runs_side_by_side(tmp_path) -> None:
+    """bench/gpu_targets.py --table: old and new rows aligned by (op, variant), the ratio new/old
+    (old/new for the latency row, where less is better) and the targets on the default rows."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_targets", Path(__file__).resolve().parent.parent / "bench" / "gpu_targets.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    old = {"label": "baseline", "rows": [
+        {"op": "ModExp 2048", "variant": "default", "batch": 65536, "value": 131_000.0},
+        {"op": "32 x enc public 2048 (ms)", "variant": "default", "batch": 32, "value": 55.0}]}
+    new = {"label": "new", "rows": [
+        {"op": "ModExp 2048", "variant": "default", "batch": 65536, "value": 262_000.0},
+        {"op": "ModExp 2048", "variant": "window 3", "batch": 65536, "value": 270_000.0},
+        {"op": "32 x enc public 2048 (ms)", "variant": "default", "batch": 32, "value": 11.0}]}
+    paths = []
+    for run in (old, new):
+        p = tmp_path / f"{run['label']}.json"
+        p.write_text(json.dumps(run))
+        paths.append(str(p))
+    lines = mod.table(paths).splitlines()
+    assert lines[0].split()[:4] == ["op", "variant", "baseline", "new"]
+    modexp = next(ln for ln in lines if ln.startswith("ModExp 2048") and "default" in ln)
+    assert "131.0 k/s" in modexp and "262.0 k/s" in modexp and "2.00x" in modexp
+    assert ">= 250 k/s" in modexp
+    window = next(ln for ln in lines if "window 3" in ln)
+    assert " - " in window and "270.0 k/s" in window      # no baseline row: no ratio, no target
+    lat = next(ln for ln in lines if ln.startswith("32 x enc"))
+    assert "55.00 ms" in lat and "11.00 ms" in lat and "5.00x" in lat and "< 10 ms" in lat

@@ -158,6 +158,31 @@ def test_device_owner_encryption_is_one_launch_per_batch(bits):
 
 @pytest.mark.gpu
 @needs_gpu
+def test_window_and_shape_rules_on_the_device():
+    """The cooperative ModExp's tuning on a device: the occupancy rule picks a 3- to 5-bit window,
+    a small call runs the wide shape and a large one the class's own (lanes auto), and an explicit
+    option wins; every variant matches cpu."""
+    cpu = unifl.backend("cpu")
+    m = random_odd_modulus(2048)
+    xs = [secrets.randbelow(m) for _ in range(64)]
+    es = [secrets.randbits(2048) for _ in xs]
+    want = ints.mod_exp(cpu, xs, es, m)
+    auto = unifl.backend("gpu", kernels="group")
+    assert ints.mod_exp(auto, xs, es, m) == want
+    t = auto.engine.last_tuning()
+    assert t["wide"] == 1 and t["window"] in (3, 4, 5)
+    big = [secrets.randbelow(m) for _ in range(40000)]
+    ints.mod_exp(auto, big, [65537] * len(big), m)
+    assert auto.engine.last_tuning()["wide"] == 0
+    for opts, wide, window in (({"lanes": "normal", "window": 5}, 0, 5),
+                               ({"lanes": "wide", "window": 3}, 1, 3)):
+        be = unifl.backend("gpu", kernels="group", **opts)
+        assert ints.mod_exp(be, xs, es, m) == want
+        assert be.engine.last_tuning() == {"window": window, "wide": wide}
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_one_device_per_instance():
     from unifl.backends.gpu import GpuBackend
     from unifl.core.errors import ConfigError

@@ -180,3 +180,73 @@ def test_every_cooperative_op_is_one_launch():
         assert after["launches"] - before["launches"] == 1, name
         assert after["downloads"] == before["downloads"], name      # nothing fetched
         assert be.engine.holds(out), name
+
+
+# ---- the tuning of the cooperative exponentiations: 3-, 4- and 5-bit windows, the wide shapes
+@pytest.mark.parametrize("window", [3, 4, 5])
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("bits", [61, 1024, 1536, 2047, 3072, 4096])
+def test_windows_and_wide_shapes_match_python(window, wide, bits):
+    """Every window and, up to 4096 bits, the wide shape (twice the lanes, LPT 4) give pow(x, e, m),
+    with exponents of every length class: 0, 1, digit boundaries, full width."""
+    m = secrets.randbits(bits) | (1 << (bits - 1)) | 1
+    ctx = mont_context(m)
+    key = keys.ctx_blob(ctx)
+    xs = [0, 1, m - 1, 2] + [secrets.randbelow(m) for _ in range(4)]
+    eb = min(bits, 320)   # every digit path is met by a few hundred bits; full widths cost minutes
+    es = [0, 1, (1 << window) - 1, 1 << window, (1 << 60) + 3, m - 2 if bits <= 1024 else 5,
+          secrets.randbits(eb), (1 << eb) - 1]
+    L = ctx.num_limbs
+    for soa in (True, False):
+        got = from_limbs(_gpu_host.exp(key, _rows(xs, L), _rows(es, L), 1, soa, 2, group=True,
+                                       window=window, wide=wide))
+        assert got == [pow(x, e, m) for x, e in zip(xs, es)], (bits, window, wide)
+    shared = _rows([es[-2]], L)
+    got = from_limbs(_gpu_host.exp(key, _rows(xs, L), shared, 1, True, 2, group=True,
+                                   window=window, wide=wide))
+    assert got == [pow(x, es[-2], m) for x in xs]
+    # the device's converged-warp schedule: every group runs the longest digit count of its warp
+    # and multiplies at every digit (zero digits, leading zeros included)
+    got = from_limbs(_gpu_host.exp(key, _rows(xs, L), _rows(es, L), 1, True, 2, group=True,
+                                   window=window, wide=wide, converged=True))
+    assert got == [pow(x, e, m) for x, e in zip(xs, es)], (bits, window, wide, "converged")
+
+
+@pytest.mark.parametrize("window", [3, 5])
+def test_paillier_ops_under_every_window_and_shape(window):
+    pk, sk = unifl.keygen(1024)
+    n = pk.material.n
+    msgs = [0, 1, n - 1] + [secrets.randbelow(n) for _ in range(5)]
+    for lanes in ("normal", "wide"):
+        be = GpuHostBackend(threads=2, window=window, lanes=lanes)
+        ref = GpuHostBackend(threads=2)
+        Ln = pk.material.n_ctx.num_limbs
+        r = _rows([secrets.randbelow(n - 1) + 1 for _ in msgs], Ln)
+        m = _rows(msgs, Ln)
+        assert np.array_equal(be.op_paillier_encrypt(pk.material, m, r),
+                              ref.op_paillier_encrypt(pk.material, m, r))
+        yp = _rows([secrets.randbelow(sk.material.p) for _ in msgs], sk.material.p_limbs)
+        yq = _rows([secrets.randbelow(sk.material.q) for _ in msgs], sk.material.q_limbs)
+        owner = be.op_paillier_encrypt_owner(sk.material, m, yp, yq)
+        assert np.array_equal(owner, ref.op_paillier_encrypt_owner(sk.material, m, yp, yq))
+        assert from_limbs(be.op_paillier_decrypt(sk.material, owner)) == msgs
+
+
+def test_a_window_or_shape_outside_the_kernels_is_refused():
+    m = (1 << 127) - 1
+    ctx = mont_context(m)
+    key = keys.ctx_blob(ctx)
+    x = _rows([3], ctx.num_limbs)
+    for w in (0, 2, 6):
+        with pytest.raises(ValueError, match="window"):
+            _gpu_host.exp(key, x, x, 1, True, 1, group=True, window=w)
+    with pytest.raises(ValueError, match="wide"):
+        _gpu_host.exp(key, x, x, 1, True, 1, group=False, wide=True)
+    big = mont_context((1 << 6000) + 1)
+    with pytest.raises(ValueError, match="no wide shape"):
+        _gpu_host.exp(keys.ctx_blob(big), _rows([3], big.num_limbs), _rows([5], 1), 1, True, 1,
+                      group=True, wide=True)
+    with pytest.raises(ValueError, match="window"):
+        GpuHostBackend(window=6)
+    with pytest.raises(ValueError, match="lanes"):
+        GpuHostBackend(lanes="wider")

@@ -36,18 +36,27 @@ NEEDS_GPU = pytest.mark.skipif(not GPU.available, reason=f"gpu backend unavailab
 KERNELS = ("thread", "group")
 
 
+#: the cooperative kernels' tunings checked on the device besides the defaults (window chosen by
+#: occupancy, shape by batch size): every window, and the wide shape forced (the host harness
+#: checks the same variants in test_gpu_group.py)
+CUDA_TUNINGS = {"w3": {"window": 3}, "w4": {"window": 4}, "w5": {"window": 5},
+                "wide": {"lanes": "wide"}, "normal": {"lanes": "normal"}}
+
+
 @pytest.fixture(scope="module",
-                params=[pytest.param((lay, k), marks=NO_HOST, id=f"{lay}-{k}")
+                params=[pytest.param((lay, k, {}), marks=NO_HOST, id=f"{lay}-{k}")
                         for lay in LAYOUTS for k in KERNELS]
-                + [pytest.param(("cuda", k), marks=[pytest.mark.gpu, NEEDS_GPU], id=f"cuda-{k}")
-                   for k in KERNELS])
+                + [pytest.param(("cuda", k, {}), marks=[pytest.mark.gpu, NEEDS_GPU], id=f"cuda-{k}")
+                   for k in KERNELS]
+                + [pytest.param(("cuda", "group", opts), marks=[pytest.mark.gpu, NEEDS_GPU],
+                                id=f"cuda-group-{name}") for name, opts in CUDA_TUNINGS.items()])
 def kern(request):
     """Both kernel families (one thread per instance; cooperative groups) on the host CPU in both
-    batch layouts and, where a GPU exists, as CUDA kernels on the device (``cuda``), each checked
-    by the same assertions."""
-    where, kernels = request.param
+    batch layouts and, where a GPU exists, as CUDA kernels on the device (``cuda``, the cooperative
+    ones also with each tuning), each checked by the same assertions."""
+    where, kernels, opts = request.param
     if where == "cuda":
-        return unifl.backend("gpu", kernels=kernels)
+        return unifl.backend("gpu", kernels=kernels, **opts)
     be = GpuHostBackend(soa=LAYOUTS[where], threads=2, kernels=kernels)
     be.probe_result = GpuHostBackend.probe()
     return be

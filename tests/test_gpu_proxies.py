@@ -1,40 +1,22 @@
-"""bench/gpu_proxies.py: static figures of the CUDA kernels without a GPU.
+"""tools.gpu (the compile-time proxies of the CUDA kernels, ``python -m tools.gpu.proxies``).
 
 The parsers, the loop finder, the IMAD classes, the occupancy model, the MontMult accounting and the
 threshold check run on small captured samples of ptxas / cuobjdump output (no CUDA tools needed).
-Two ``slow`` tests share one compile of the real gpu_runtime.cu for sm_90 (a module fixture; 2-4
+Two ``slow`` tests share one compile of the real kernels for sm_90 (a module fixture; about 2
 minutes on two cores) and check the figures of today's kernels; they skip, saying why, where nvcc
 (or cuobjdump / nvdisasm) is not installed.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load() -> Any:
-    """bench/gpu_proxies.py (bench is no package: loaded by path, registered so its dataclasses
-    resolve)."""
-    name = "unifl_bench_gpu_proxies"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "gpu_proxies.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gp = _load()
+from tools.gpu import controlflow, errors, montmult, occupancy, proxies, ptxas, report, sass, \
+    toolchain
 
 # ---------------------------------------------------------------------------- captured samples
 # nvcc 13.0.88 -Xptxas -v for sm_90: two real blocks of gpu_runtime.cu (k_mul<32>, k_relayout), and
@@ -121,7 +103,7 @@ Resource usage:
 
 # ------------------------------------------------------------------------------------ parsers
 def test_ptxas_log_is_parsed_per_function() -> None:
-    log = gp.parse_ptxas(PTXAS_LOG)
+    log = ptxas.parse_ptxas(PTXAS_LOG)
     mul = log.functions["_ZN47_GLOBAL__N__1ba35f42_14_gpu_runtime_cu_5474d9645k_mulILi32EEEvxPKmiPm"
                         "N9unifl_gpu3LayES2_S5_S2_S5_i"]
     assert (mul.entry, mul.registers, mul.barriers, mul.stack_frame, mul.spill_stores,
@@ -147,19 +129,19 @@ def test_ptxas_log_is_parsed_per_function() -> None:
     ("    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n", "no 'Function"),
 ])
 def test_ptxas_log_structure_errors_are_loud(text: str, match: str) -> None:
-    with pytest.raises(gp.ParseError, match=match):
-        gp.parse_ptxas(text)
+    with pytest.raises(errors.ParseError, match=match):
+        ptxas.parse_ptxas(text)
 
 
 def test_res_usage_is_parsed() -> None:
-    usage, unparsed = gp.parse_res_usage(RES_USAGE + "garbage\n")
+    usage, unparsed = ptxas.parse_res_usage(RES_USAGE + "garbage\n")
     assert usage == {"_Z4demoPm": {"REG": 40, "STACK": 784, "SHARED": 1024, "LOCAL": 0,
                                    "CONSTANT[0]": 628, "TEXTURE": 0, "SURFACE": 0, "SAMPLER": 0}}
     assert unparsed == ["garbage"]
 
 
 def test_sass_is_parsed_into_instructions() -> None:
-    funcs, unparsed = gp.parse_sass(SASS)
+    funcs, unparsed = sass.parse_sass(SASS)
     assert unparsed == []
     ins = funcs["_Z4demoPm"].instrs
     assert len(ins) == 19 and [i.addr for i in ins] == list(range(0, 0x130, 0x10))
@@ -169,10 +151,10 @@ def test_sass_is_parsed_into_instructions() -> None:
     assert (wide_x.opcode, wide_x.base, wide_x.operands) == (
         "IMAD.WIDE.U32.X", "IMAD", ("R4", "R19", "R5", "R8", "P4"))
     assert ins[16].operands == ("desc[UR8][R2.64]", "R4")
-    _, unparsed = gp.parse_sass(SASS.replace("EXIT ;", "EXIT"))   # no ';': not an instruction
+    _, unparsed = sass.parse_sass(SASS.replace("EXIT ;", "EXIT"))   # no ';': not an instruction
     assert unparsed and "EXIT" in unparsed[0]
-    with pytest.raises(gp.ParseError, match="outside any function"):
-        gp.parse_sass("        /*0000*/                   EXIT ;\n")
+    with pytest.raises(errors.ParseError, match="outside any function"):
+        sass.parse_sass("        /*0000*/                   EXIT ;\n")
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -193,18 +175,18 @@ def test_sass_is_parsed_into_instructions() -> None:
     ("UIMAD UR4, UR5, UR6, URZ", None),
 ])
 def test_imad_kinds(text: str, kind: str | None) -> None:
-    assert gp.imad_kind(gp.parse_instr(0, text)) == kind
+    assert sass.imad_kind(sass.parse_instr(0, text)) == kind
 
 
 def test_loops_and_classes_of_the_sample() -> None:
-    funcs, _ = gp.parse_sass(SASS)
+    funcs, _ = sass.parse_sass(SASS)
     ins = funcs["_Z4demoPm"].instrs
-    whole = gp.count_classes(ins)
+    whole = sass.count_classes(ins)
     assert (whole["total"], whole["imad"], whole["imad_mul"], whole["imad_slots"],
             whole["imad_mul_imm"], whole["imad_mov"], whole["imad_shl"], whole["imad_iadd"],
             whole["imad_nonmul"], whole["SHFL"], whole["VOTE"], whole["LDL"], whole["STL"],
             whole["STG"]) == (19, 9, 5, 8, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
-    loops = gp.find_loops(ins)
+    loops = controlflow.find_loops(ins)
     assert [lp.label for lp in loops] == ["0x0030-0x00f0", "0x0040-0x00a0"]   # no self-branch trap
     outer, inner = loops
     assert (outer.depth, outer.innermost, inner.depth, inner.innermost) == (0, False, 1, True)
@@ -214,7 +196,7 @@ def test_loops_and_classes_of_the_sample() -> None:
         7, 4, 6, 2, 1, 1, 1, 1, 1)
     assert outer.counts["total"] == 13 and outer.own["total"] == 6 and outer.own["imad_mul"] == 0
     assert (outer.own["SHFL"], outer.own["VOTE"], outer.own["LDL"]) == (1, 1, 1)
-    assert gp.multiply_loops(loops) == [inner]
+    assert controlflow.multiply_loops(loops) == [inner]
     assert outer.ranges == [(0x30, 0xF0)] and inner.ranges == [(0x40, 0xA0)]
     assert outer.own_ranges == [(0x30, 0x30), (0xB0, 0xF0)]
 
@@ -222,15 +204,15 @@ def test_loops_and_classes_of_the_sample() -> None:
 def test_loops_come_from_the_control_flow_not_from_address_order() -> None:
     """The fallback block after EXIT branches back to 0x40: a backward branch, but no loop of its
     own (0x40 does not dominate it); with ``follow_div`` it joins the loop it rejoins."""
-    funcs, unparsed = gp.parse_sass(SASS_DIV)
+    funcs, unparsed = sass.parse_sass(SASS_DIV)
     assert unparsed == []
     ins = funcs["_Z3divv"].instrs
-    blocks, succs = gp.control_flow(ins)
+    blocks, succs = controlflow.control_flow(ins)
     assert [(ins[a].addr, ins[b - 1].addr) for a, b in blocks] == [
         (0x00, 0x00), (0x10, 0x20), (0x30, 0x30), (0x40, 0x50), (0x60, 0x60), (0x70, 0x70),
         (0x80, 0x80), (0x90, 0xB0)]
     assert succs == [[1], [2], [3], [1, 4], [], [5], [7], [3]]   # BRA.DIV not followed
-    (loop,) = gp.find_loops(ins)
+    (loop,) = controlflow.find_loops(ins)
     assert (loop.header, loop.label, loop.blocks, loop.ranges) == (
         0x10, "0x0010-0x0050", [(0x10, 0x20), (0x30, 0x30), (0x40, 0x50)], [(0x10, 0x50)])
     assert (loop.counts["total"], loop.counts["SHFL"], loop.counts["imad_slots"]) == (5, 1, 2)
@@ -239,14 +221,34 @@ def test_loops_come_from_the_control_flow_not_from_address_order() -> None:
         "        /*00c0*/                   IMAD R5, R5, R5, RZ ;\n"
         "        /*00d0*/               @P1 BRA 0xc0 ;\n"
         "        /*00e0*/                   RET.REL.NODEC R2 0x0 ;\n")
-    funcs, unparsed = gp.parse_sass(sub)
+    funcs, unparsed = sass.parse_sass(sub)
     assert unparsed == [] and funcs["_Z3divv"].instrs[0].target == 0xC0
-    assert [lp.label for lp in gp.find_loops(funcs["_Z3divv"].instrs)] == [
+    assert [lp.label for lp in controlflow.find_loops(funcs["_Z3divv"].instrs)] == [
         "0x0010-0x0050", "0x00c0-0x00d0"]
-    (loop,) = gp.find_loops(ins, follow_div=True)
+    (loop,) = controlflow.find_loops(ins, follow_div=True)
     assert loop.label == "0x0010-0x00b0" and loop.counts["SHFL"] == 2
     assert loop.ranges == [(0x10, 0x50), (0x90, 0xB0)]
     assert loop.counts["total"] == 8
+
+
+def test_converged_code_leaves_out_divergence_fallbacks_and_padding() -> None:
+    funcs, _ = sass.parse_sass(SASS_DIV)
+    ins = funcs["_Z3divv"].instrs
+    hot = controlflow.converged_code(ins)
+    assert [i.addr for i in hot] == [0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60]
+
+
+def test_product_shares_of_function_converged_code_and_loop() -> None:
+    funcs, _ = sass.parse_sass(SASS_DIV)
+    ins = funcs["_Z3divv"].instrs
+    k = report.KernelProxies("_Z3divv", "div()", "div", instrs=ins,
+                             loops=controlflow.find_loops(ins), sass=sass.count_classes(ins))
+    sh = montmult.product_shares(k)
+    assert sh["function"] == {"instructions": 12, "products": 1, "address_products": 0,
+                              "share": 1 / 12}
+    assert sh["converged"]["instructions"] == 7 and sh["converged"]["share"] == 1 / 7
+    assert sh["loop"] == {"instructions": 5, "products": 1, "address_products": 0, "share": 0.2,
+                          "label": "0x0010-0x0050"}
 
 
 # ------------------------------------------------------------------------------------ names
@@ -260,16 +262,16 @@ def test_loops_come_from_the_control_flow_not_from_address_order() -> None:
     ("demo(unsigned long*)", "demo"),
 ])
 def test_short_names(demangled: str, short: str) -> None:
-    assert gp.short_name(demangled) == short
+    assert toolchain.short_name(demangled) == short
 
 
 @pytest.mark.parametrize("name, threads", [
     ("k_mul<32>", 128), ("k_mul<48>", 128), ("k_mul<64>", 64), ("k_exp<128>", 64),
     ("k_encrypt_owner<16>", 128), ("k_mul_g<64, 16>", 128), ("k_exp_group<128>", 128),
-    ("k_relayout", 256), ("k_new_thing", gp.DEFAULT_BLOCK_SIZE),
+    ("k_relayout", 256), ("k_new_thing", occupancy.DEFAULT_BLOCK_SIZE),
 ])
 def test_block_size_table(name: str, threads: int) -> None:
-    assert gp.block_size_for(name)[0] == threads
+    assert occupancy.block_size_for(name)[0] == threads
 
 
 # ------------------------------------------------------------------------------------ occupancy
@@ -286,7 +288,7 @@ def test_block_size_table(name: str, threads: int) -> None:
     (255, 1024, 0, 0, "registers"),   # 255 x 1024 > 65,536 registers in a block
 ])
 def test_occupancy(regs: int, block: int, dyn: int, warps: int, limiter: str) -> None:
-    o = gp.occupancy(regs, block, dyn_smem=dyn)
+    o = occupancy.occupancy(regs, block, dyn_smem=dyn)
     assert (o.active_warps, o.limiter) == (warps, limiter)
     assert o.occupancy == warps / 64
     if warps == 0:
@@ -296,145 +298,146 @@ def test_occupancy(regs: int, block: int, dyn: int, warps: int, limiter: str) ->
 
 
 def test_dyn_smem_arguments() -> None:
-    assert gp.parse_dyn_smem([]) == (0, {})
-    assert gp.parse_dyn_smem(["512", "_g<=66048", "k_exp<(32|64)>=1024"]) == (
+    assert proxies.parse_dyn_smem([]) == (0, {})
+    assert proxies.parse_dyn_smem(["512", "_g<=66048", "k_exp<(32|64)>=1024"]) == (
         512, {"_g<": 66048, "k_exp<(32|64)>": 1024})
     for bad in (["x"], ["_g<=-1"], ["_g<="]):
-        with pytest.raises(gp.ProxyError):
-            gp.parse_dyn_smem(bad)
+        with pytest.raises(errors.ProxyError):
+            proxies.parse_dyn_smem(bad)
 
 
 def test_occupancy_local_memory_and_bad_inputs() -> None:
-    o = gp.occupancy(48, 64, stack_frame=19472)
+    o = occupancy.occupancy(48, 64, stack_frame=19472)
     assert o.active_blocks == 20 and o.local_kib_per_sm == 19472 * 20 * 64 / 1024
     for args in ((256, 128), (32, 0), (32, 2048)):
-        with pytest.raises(gp.OccupancyError):
-            gp.occupancy(*args)
+        with pytest.raises(errors.OccupancyError):
+            occupancy.occupancy(*args)
 
 
 # ------------------------------------------------------------------------------------ MontMult
 def test_montmult_model() -> None:
-    assert gp.montmult_model(2048) == {"bits": 2048, "n": 64, "word_products": 8192,
+    assert montmult.montmult_model(2048) == {"bits": 2048, "n": 64, "word_products": 8192,
                                        "imad_slots": 16384}
-    assert gp.montmult_model(1024)["imad_slots"] == 4 * 32 * 32
+    assert montmult.montmult_model(1024)["imad_slots"] == 4 * 32 * 32
     with pytest.raises(ValueError):
-        gp.montmult_model(2047)
+        montmult.montmult_model(2047)
 
 
 def _sample_kernel() -> Any:
-    funcs, _ = gp.parse_sass(SASS)
+    funcs, _ = sass.parse_sass(SASS)
     ins = funcs["_Z4demoPm"].instrs
-    return gp.KernelProxies("_Z4demoPm", "demo(unsigned long*)", "demo", instrs=ins,
-                            loops=gp.find_loops(ins), sass=gp.count_classes(ins))
+    return report.KernelProxies("_Z4demoPm", "demo(unsigned long*)", "demo", instrs=ins,
+                            loops=controlflow.find_loops(ins), sass=sass.count_classes(ins))
 
 
 def test_imad_slots_per_montmult_is_slots_times_trips_times_lanes() -> None:
     k = _sample_kernel()
-    (inner,) = gp.select_loops(k, ["#0"])
-    assert gp.select_loops(k, ["0x40"]) == [inner] == gp.select_loops(k, ["0x40-0xa0"])
-    outer = gp.select_loops(k, ["0x30"])[0]
-    res = gp.imad_slots_per_montmult(
-        k, 64, [gp.loop_span(inner, 10), gp.loop_span(outer, 2, own=True),
-                gp.Span(((0x10, 0x20),), 1, "setup")], lanes=3)
+    (inner,) = montmult.select_loops(k, ["#0"])
+    assert montmult.select_loops(k, ["0x40"]) == [inner] == montmult.select_loops(k, ["0x40-0xa0"])
+    outer = montmult.select_loops(k, ["0x30"])[0]
+    res = montmult.imad_slots_per_montmult(
+        k, 64, [montmult.loop_span(inner, 10), montmult.loop_span(outer, 2, own=True),
+                montmult.Span(((0x10, 0x20),), 1, "setup")], lanes=3)
     assert [r["slots_per_trip"] for r in res["spans"]] == [6, 0, 2]
     assert res["imad_slots_per_montmult"] == (6 * 10 + 0 * 2 + 2 * 1) * 3
     assert res["model_4n2"] == 16 and res["ratio"] == 186 / 16
     assert [r["span"] for r in res["spans"]] == [
         "0x0040-0x00a0", "0x0030-0x0030,0x00b0-0x00f0", "0x0010-0x0020"]
-    assert gp.parse_span(k, "#0=10") == gp.loop_span(inner, 10)
-    assert gp.parse_span(k, "0x30=2:own") == gp.loop_span(outer, 2, own=True)
-    assert gp.parse_span(k, "0x10-0x20=1") == gp.Span(((0x10, 0x20),), 1.0, "0x10-0x20")
+    assert montmult.parse_span(k, "#0=10") == montmult.loop_span(inner, 10)
+    assert montmult.parse_span(k, "0x30=2:own") == montmult.loop_span(outer, 2, own=True)
+    assert montmult.parse_span(k, "0x10-0x20=1") == montmult.Span(((0x10, 0x20),), 1.0, "0x10-0x20")
     for bad in ("#5=1", "#x=1", "0x50=1", "#0", "#0=x", "#0=1:all", "0x10-0x20=1:own", "zz-0x1=1"):
-        with pytest.raises(gp.ProxyError):
-            gp.parse_span(k, bad)
-    with pytest.raises(gp.ProxyError, match="no instructions"):
-        gp.imad_slots_per_montmult(k, 64, [gp.Span(((0x1000, 0x2000),), 1)])
+        with pytest.raises(errors.ProxyError):
+            montmult.parse_span(k, bad)
+    with pytest.raises(errors.ProxyError, match="no instructions"):
+        montmult.imad_slots_per_montmult(k, 64, [montmult.Span(((0x1000, 0x2000),), 1)])
 
 
 # ------------------------------------------------------------------------------------ the check
 def _report(*kernels: Any) -> Any:
-    return gp.Report(list(kernels), "90", "x.cubin", None, [], None, gp.H100)
+    return report.Report(list(kernels), "90", "x.cubin", None, [], None, occupancy.H100)
 
 
 def _kernel(name: str, stack: int | None, st: int | None, ld: int | None) -> Any:
-    return gp.KernelProxies(f"_Z{name}", f"void {name}(int)", name, registers=40,
+    return report.KernelProxies(f"_Z{name}", f"void {name}(int)", name, registers=40,
                             stack_frame=stack, spill_stores=st, spill_loads=ld)
 
 
 def test_check_fails_on_spills_big_frames_and_no_match() -> None:
     good = _kernel("k_mul_g<32, 8>", 512, 0, 0)
-    assert gp.check(_report(good, _kernel("k_exp<128>", 19472, 0, 0))) == []
-    fails = gp.check(_report(_kernel("k_exp<128>", 19472, 0, 0)))
+    assert report.check(_report(good, _kernel("k_exp<128>", 19472, 0, 0))) == []
+    fails = report.check(_report(_kernel("k_exp<128>", 19472, 0, 0)))
     assert len(fails) == 1 and "no kernel matched" in fails[0]
-    fails = gp.check(_report(good, _kernel("k_exp_g<128, 32>", 4096, 8, 0),
+    fails = report.check(_report(good, _kernel("k_exp_g<128, 32>", 4096, 8, 0),
                              _kernel("k_mul_g<64, 8>", None, None, None)))
     assert any("k_exp_g<128, 32>: spills 8 B" in f for f in fails)
     assert any("k_exp_g<128, 32>: stack frame 4096 B > 2048 B" in f for f in fails)
     assert any("k_mul_g<64, 8>: spills unknown" in f for f in fails)
-    assert gp.check(_report(good), max_stack=256) == ["k_mul_g<32, 8>: stack frame 512 B > 256 B"]
+    assert report.check(_report(good), max_stack=256) == ["k_mul_g<32, 8>: stack frame 512 B > 256 B"]
 
 
 # ------------------------------------------------------------------------------------ errors
 def test_missing_nvcc_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    build = gp.load_build_module()
+    build = toolchain.load_build_module()
     monkeypatch.setattr(build, "_find_nvcc", lambda: (None, "nvcc not found at build time"))
-    monkeypatch.setattr(gp, "_COMPILED", {})
-    with pytest.raises(gp.ToolMissing, match="pip install -r requirements-cuda.txt"):
-        gp.find_nvcc()
-    assert gp.main([]) == 2
+    monkeypatch.setattr(toolchain, "_COMPILED", {})
+    with pytest.raises(errors.ToolMissing, match="pip install -r requirements-cuda.txt"):
+        toolchain.find_nvcc()
+    assert proxies.main([]) == 2
     assert "pip install -r requirements-cuda.txt" in capsys.readouterr().err
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("CUDA_HOME", raising=False)
-    with pytest.raises(gp.ToolMissing, match="cuobjdump not found.*requirements-cuda.txt"):
-        gp.find_tool("cuobjdump")
+    with pytest.raises(errors.ToolMissing, match="cuobjdump not found.*requirements-cuda.txt"):
+        toolchain.find_tool("cuobjdump")
 
 
 def test_missing_cubin_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert gp.main(["--cubin", str(tmp_path / "none.cubin")]) == 2
+    assert proxies.main(["--cubin", str(tmp_path / "none.cubin")]) == 2
     assert "no cubin at" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ the real kernels (nvcc, slow)
 def _need_tools() -> None:
-    ok, why = gp.nvcc_available()
+    ok, why = toolchain.nvcc_available()
     if not ok:
         pytest.skip(f"nvcc is not installed ({why})")
     for tool in ("cuobjdump", "nvdisasm"):
         try:
-            gp.find_tool(tool)
-        except gp.ToolMissing as exc:
+            toolchain.find_tool(tool)
+        except errors.ToolMissing as exc:
             pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    """gpu_runtime.cu compiled for sm_90 once for this module, and its report."""
+    """The kernels (src/kernels.cu) compiled for sm_90 once for this module, and their report."""
     _need_tools()
-    compiled = gp.compile_cubin(tmp_path_factory.mktemp("gpu_proxies"))
-    return compiled, gp.build_report(compiled)
+    compiled = toolchain.compile_cubin(tmp_path_factory.mktemp("gpu_proxies"))
+    return compiled, report.build_report(compiled)
 
 
 @pytest.mark.slow
 def test_real_kernels_have_every_figure(real: tuple[Any, Any]) -> None:
-    compiled, report = real
+    compiled, rep = real
     assert compiled.seconds and compiled.seconds > 0
-    assert report.warnings == []   # every line of ptxas, res-usage and SASS understood
-    names = {k.name for k in report.kernels}
-    assert {"k_mul<32>", "k_exp<128>", "k_relayout"} <= names
-    for k in report.kernels:
+    assert rep.warnings == []   # every line of ptxas, res-usage and SASS understood
+    names = {k.name for k in rep.kernels}
+    assert {"k_mul<32>", "k_exp<128>", "k_relayout", "k_exp_g<32, true>"} <= names
+    for k in rep.kernels:
         assert isinstance(k.registers, int) and 0 < k.registers <= 255, k.name
         assert k.stack_frame is not None and k.spills is not None, k.name
         assert k.occupancy is not None and k.occupancy.active_warps > 0, k.name
         assert k.sass is not None and k.sass["total"] > 0, k.name
     # today's known state (docs/gpu.md): the thread-per-instance exponentiation keeps its 16-entry
     # window table in a local frame of 2.4-24 KiB
-    exp128 = report.kernel(r"^k_exp<128>$")
+    exp128 = rep.kernel(r"^k_exp<128>$")
     assert exp128.stack_frame > 2048
-    assert gp.check(report, r"^k_exp<128>$") == [
+    assert report.check(rep, r"^k_exp<128>$") == [
         f"k_exp<128>: stack frame {exp128.stack_frame} B > 2048 B"]
-    assert "no kernel matched" in gp.check(report, r"^no_such_kernel$")[0]
-    json.dumps(gp.to_json(report), default=str)
+    assert "no kernel matched" in report.check(rep, r"^no_such_kernel$")[0]
+    assert report.check(rep) == []   # the cooperative kernels: no spills, frames <= 2 KiB
+    json.dumps(report.to_json(rep), default=str)
 
 
 @pytest.mark.slow
@@ -442,12 +445,12 @@ def test_k_mul_32_montmult_accounting(real: tuple[Any, Any]) -> None:
     """The CIOS loops of the first inlined mont_mul of k_mul<32>: two innermost multiply loops in
     one outer loop over i; each mac ends its 64x64 high half with one IMAD.WIDE*.X, which gives the
     unroll factor u; trips per MontMult are (L // u)·L and ((L-1) // u)·L (L = 32)."""
-    _, report = real
-    k = report.kernel(r"^k_mul<32>$")
+    _, rep = real
+    k = rep.kernel(r"^k_mul<32>$")
     outers = [lp for lp in k.loops if not lp.innermost
-              and len([m for m in gp.multiply_loops(k.loops) if lp.contains(m)]) == 2]
+              and len([m for m in controlflow.multiply_loops(k.loops) if lp.contains(m)]) == 2]
     assert outers, "no CIOS loop nest (an outer loop with two inner multiply loops) in k_mul<32>"
-    first, second = [m for m in gp.multiply_loops(k.loops) if outers[0].contains(m)]
+    first, second = [m for m in controlflow.multiply_loops(k.loops) if outers[0].contains(m)]
     L = 32
     spans = []
     for lp, words in ((first, L), (second, L - 1)):
@@ -455,7 +458,23 @@ def test_k_mul_32_montmult_accounting(real: tuple[Any, Any]) -> None:
         assert u >= 1 and lp.counts["imad_slots"] % u == 0
         per_mac = lp.counts["imad_slots"] // u
         assert 8 <= per_mac <= 16   # at least the model's 4 products of 32x32 -> 64 per mac
-        spans.append(gp.loop_span(lp, (words // u) * L))
-    res = gp.imad_slots_per_montmult(k, 2048, spans)
+        spans.append(montmult.loop_span(lp, (words // u) * L))
+    res = montmult.imad_slots_per_montmult(k, 2048, spans)
     assert res["model_4n2"] == 16384
     assert 1.0 <= res["ratio"] <= 2.0, res
+
+
+@pytest.mark.slow
+def test_k_mul_g_32_products_share(real: tuple[Any, Any]) -> None:
+    """The cooperative 2048-bit MontMult: its main loop (8 trips of 8 words per lane) is 16 products
+    per word on carry chains (IMAD.WIDE.U32 with carry in and out), the 4n² IMAD slots of the
+    model plus q; the products are at least 30 % of what one MontMult issues and of a loop trip."""
+    _, rep = real
+    k = rep.kernel(r"^k_mul_g<32>$")
+    main, rest = controlflow.multiply_loops(k.loops)[:2]
+    assert main.counts["imad_wide"] == 16 * 8 and rest.counts["imad_wide"] == 16 * 2
+    spans = [montmult.loop_span(main, 8), montmult.loop_span(rest, 0)]
+    slots = montmult.imad_slots_per_montmult(k, 2048, spans, lanes=8)
+    assert 1.0 <= slots["ratio"] < 1.05, slots
+    sh = montmult.product_shares(k, spans=spans)
+    assert sh["executed"]["share"] >= 0.30 and sh["loop"]["share"] >= 0.30, sh

@@ -4,7 +4,8 @@ matmul reduction (Alg. 5), grouped products, batch inversion and CRT decryption 
 run on one NVIDIA GPU per instance (the ``device`` option; the scheduler's multi-device backend
 splits batches over several instances).
 
-Two kernel families, both compiled into the one library (``src/gpu_runtime.cu``):
+Two kernel families, both compiled into the one library (``src/kernels.cu`` with the device runtime
+``src/device_runtime.cu`` and the C interface ``src/c_api.cu``):
 
 * **thread** -- one thread per instance (``src/kernels.cuh``, kernels ``k_<op><LM>``).  Each thread
   owns one big number (or one Paillier operation) and runs the whole CIOS Montgomery loop with
@@ -18,17 +19,19 @@ Two kernel families, both compiled into the one library (``src/gpu_runtime.cu``)
 * **group** -- one instance per group of TPI threads (``src/kernels_group.cuh`` over
   ``src/bn_group.cuh``, kernels ``k_<op>_g<LM>``), the layout of CGBN: lane t of a group holds LPT
   32-bit words of every number *in registers* (TPI·LPT words per number: TPI 4..32 for 1024- to
-  8192-bit classes), MontMult is CIOS distributed over the lanes (three shuffles per word, one carry
-  resolution by warp votes per MontMult), and the window table sits in *shared* memory (one slice per group).  It
-  trades shuffles and votes per word for registers instead of local memory, and TPI× fewer
-  instances fill the device.  The CRT bodies (key-owner encryption, decryption) run both halves in
-  the two half groups at once.  The ops that used to need host steps are single launches here:
-  mont_multi_exp finishes its reduction over the columns in the same launch, mont_prod_groups
-  (histograms) and mont_inverse (Montgomery's batch trick) are one launch each, and the DJN
-  fixed-base encryptions read a comb table uploaded once per key into device memory.  **No GPU
-  figure exists for the group kernels yet**: they were written and compiled (nvcc 13.0, sm_80 and
-  sm_90; ptxas reports no spills for sm_90) without a GPU, and checked bit for bit against ``cpu`` through the host harness
-  only; ``bench/gpu_checks.sh`` measures both families side by side on the first GPU it gets.
+  8192-bit classes), MontMult is CIOS distributed over the lanes (three shuffles per word; each
+  32×32→64 product one multiply-add with carry in and out on a PTX carry chain; one carry
+  resolution by warp votes per MontMult), and the window table (3-, 4- or 5-bit windows, option
+  ``window``) sits in *shared* memory, one slice per group.  ModExp and public encryption also
+  have wide shapes (twice the threads per instance) for small calls (option ``lanes``).  The CRT
+  bodies (key-owner encryption, decryption) run both halves in the two half groups at once.  The
+  ops that used to need host steps are single launches here: mont_multi_exp finishes its reduction
+  over the columns in the same launch, mont_prod_groups (histograms) and mont_inverse
+  (Montgomery's batch trick) are one launch each, and the DJN fixed-base encryptions read a comb
+  table uploaded once per key into device memory.  These kernels as of 72c8f0e ran on an H200
+  (1.7-2.7x the one-thread family); they have been reworked since without a GPU, checked bit for
+  bit against ``cpu`` through the host harness, and ``bench/gpu_checks.sh`` measures the old and
+  new ones side by side on the first GPU it gets (docs/gpu.md).
 
 The option ``kernels`` (:class:`~unifl.backends.gpu.options.GpuOptions`) picks the family of the
 ops that have both: ``thread``, ``group``, or ``auto`` (default), which times both once per size
@@ -124,10 +127,12 @@ class GpuBackend(KernelBackend):
 
     def __init__(self, **options: Any) -> None:
         """``options``: see :class:`~unifl.backends.gpu.options.GpuOptions` (``device``,
-        ``kernels``, ``cgbn``)."""
+        ``kernels``, ``window``, ``lanes``, ``cgbn``)."""
         super().__init__(**options)
-        from .runtime import CudaEngine
-        self.engine = CudaEngine(self.options.device)
+        from .runtime import SHAPE_AUTO, SHAPE_NORMAL, SHAPE_WIDE, CudaEngine
+        window = self.options.window
+        shape = {"auto": SHAPE_AUTO, "normal": SHAPE_NORMAL, "wide": SHAPE_WIDE}[self.options.lanes]
+        self.engine = CudaEngine(self.options.device, 0 if window == "auto" else window, shape)
         self.kernels = self.options.kernels
         #: ``auto``: the family chosen per size class (limbs) and the calibration behind it
         self.kernel_choice: dict[int, str] = {}

@@ -4,10 +4,12 @@ so this file imports only the standard library, setuptools and pybind11).
 
 1. The host harness ``unifl.backends.gpu._gpu_host``: the CUDA kernel bodies compiled by the
    ordinary C++ compiler (always built; no nvcc, no GPU), so the tests check them on the CPU.
-2. ``libunifl_gpu.so``: the CUDA kernels and runtime, compiled by nvcc after the extensions when one
+2. ``libunifl_gpu.so``: the CUDA kernels and runtime (``src/kernels.cu``, ``src/device_runtime.cu``,
+   ``src/c_api.cu``), compiled by nvcc after the extensions when one
    is found (env ``NVCC``, then ``$CUDA_HOME/bin/nvcc``, then the pip package nvidia-cuda-nvcc of
    this Python -- the pinned 13.0 of requirements-cuda.txt / the ``[cuda]`` extra --, then PATH)
-   for sm_80 and sm_90 (SASS for both, PTX for compute_90), every warning an error.  Without nvcc
+   for sm_80 and sm_90 (SASS for both, PTX for compute_90; ``UNIFL_CUDA_ARCHS`` picks others),
+   every warning an error.  Without nvcc
    the build goes on and says why; the reason is recorded in ``_build_info.json`` beside the
    library for the gpu backend's probe.  It is compiled only where it can run or is asked for:
    an NVIDIA driver on this machine (``/dev/nvidiactl``, ``/proc/driver/nvidia``), or
@@ -23,6 +25,7 @@ The library is rebuilt only when a kernel source or this file is newer than it.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -33,9 +36,30 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from setuptools import Extension
 
-ARCH_FLAGS = ["-gencode", "arch=compute_80,code=sm_80",
-              "-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
+#: the library's translation units: the kernels and their launches (the only device code), the
+#: device runtime, the C interface (src/*.cu; docs/gpu.md, "Building")
+SOURCES = ("kernels.cu", "device_runtime.cu", "c_api.cu")
+#: SASS for A100 and H100/H200, PTX of the newest for later parts; UNIFL_CUDA_ARCHS=90 (a comma
+#: list) builds fewer, e.g. on the GPU machine that only needs its own
+DEFAULT_ARCHS = ("80", "90")
 LIBRARY = "libunifl_gpu.so"
+
+
+def arch_flags(env: dict[str, str] | None = None) -> list[str]:
+    """nvcc's -gencode flags for UNIFL_CUDA_ARCHS (default 80,90): SASS for each, PTX for the
+    newest; a malformed list is an error naming the variable."""
+    env = dict(os.environ) if env is None else env
+    text = env.get("UNIFL_CUDA_ARCHS", ",".join(DEFAULT_ARCHS))
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    if not archs or not all(a.isdigit() and len(a) in (2, 3) for a in archs):
+        raise SystemExit(f"UNIFL_CUDA_ARCHS must be a comma list of compute capabilities such as "
+                         f"80,90; got {text!r}")
+    archs = sorted(set(archs), key=int)
+    flags: list[str] = []
+    for a in archs[:-1]:
+        flags += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    top = archs[-1]
+    return [*flags, "-gencode", f"arch=compute_{top},code=[sm_{top},compute_{top}]"]
 BUILD_INFO = "_build_info.json"
 
 
@@ -72,7 +96,7 @@ def package_data(ctx: BuildContext) -> list[str]:
 
 def extras_require(ctx: BuildContext) -> dict[str, list[str]]:
     """``pip install unifl[cuda]``: the pinned nvcc toolchain from pip (no system CUDA needed), and
-    cuobjdump + nvdisasm for bench/gpu_proxies.py's SASS counts (13.2.51: PyPI has no 13.0 wheel)."""
+    cuobjdump + nvdisasm for the SASS counts of tools.gpu.proxies (13.2.51: PyPI has no 13.0 wheel)."""
     return {"cuda": ["nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88",
                      "nvidia-cuda-crt==13.0.88", "nvidia-cuda-runtime==13.0.96",
                      "nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"]}
@@ -129,6 +153,21 @@ def cuda_wanted(env: dict[str, str] | None = None) -> tuple[bool, str]:
                    "requirements-cuda.txt or the unifl[cuda] extra)")
 
 
+def sources_digest(folder: str) -> str:
+    """SHA-256 over the kernel sources (src/*.cu, *.cuh, *.h) and this file, names and contents:
+    recorded in _build_info.json, so a copied tree can tell whether its library is its own
+    (bench/gpu_checks.sh) whatever the copy did to file times."""
+    src = os.path.join(folder, "src")
+    paths = sorted(glob.glob(os.path.join(src, "*.cu")) + glob.glob(os.path.join(src, "*.cuh"))
+                   + glob.glob(os.path.join(src, "*.h")))
+    h = hashlib.sha256()
+    for path in [*paths, os.path.abspath(__file__)]:
+        h.update(os.path.basename(path).encode())
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
 def _build_cuda(folder: str, out_dir: str) -> None:
     info: dict[str, Any] = {"built": False}
     wanted, why = cuda_wanted()
@@ -142,26 +181,37 @@ def _build_cuda(folder: str, out_dir: str) -> None:
     else:
         root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
         # this file holds the flags: a change to it rebuilds the library like a source change
-        srcs = sorted(glob.glob(os.path.join(src, "*.cuh")) + glob.glob(os.path.join(src, "*.cu")))
+        srcs = sorted(glob.glob(os.path.join(src, "*.cuh")) + glob.glob(os.path.join(src, "*.cu"))
+                      + glob.glob(os.path.join(src, "*.h")))
         srcs.append(os.path.abspath(__file__))
         fresh = os.path.exists(target) and all(
             os.path.getmtime(target) >= os.path.getmtime(s) for s in srcs)
+        try:   # ... and built by the same command (other architectures, another nvcc: rebuild)
+            with open(os.path.join(out_dir, BUILD_INFO), encoding="utf-8") as fh:
+                before = json.load(fh)
+        except (OSError, ValueError):
+            before = {}
         lib_dirs = [os.path.join(root, d) for d in ("lib", "lib64")
                     if os.path.isdir(os.path.join(root, d))]
         # --threads 0: the two architectures compile in parallel (5 min -> under 3 on 2 cores)
+        archs = arch_flags()
         cmd = [nvcc, "-std=c++17", "-O3", "--threads", "0", "-shared", "-Xcompiler", "-fPIC",
-               "-Xcompiler", "-Wall,-Werror", "-Werror", "all-warnings", *ARCH_FLAGS,
+               "-Xcompiler", "-Wall,-Werror", "-Werror", "all-warnings", *archs,
                f"-I{src}", *[f"-L{d}" for d in lib_dirs],
-               os.path.join(src, "gpu_runtime.cu"), "-o", target]
+               *[os.path.join(src, f) for f in SOURCES], "-o", target]
         if os.environ.get("CGBN_INCLUDE_DIR"):
             cmd[1:1] = [f"-I{os.environ['CGBN_INCLUDE_DIR']}", "-DUNIFL_WITH_CGBN=1"]
-        info.update(nvcc=nvcc, found_by=how, command=" ".join(cmd))
+        info.update(nvcc=nvcc, found_by=how, command=" ".join(cmd),
+                    sources=sources_digest(folder))
+        fresh = fresh and before.get("built") is True and before.get("command") == info["command"]
         try:
             info["nvcc_version"] = subprocess.run(
                 [nvcc, "--version"], capture_output=True, text=True,
                 check=True).stdout.strip().splitlines()[-1]
             if not fresh:
-                print(f"unifl gpu: compiling CUDA kernels with {nvcc} ({how}) for sm_80, sm_90")
+                sms = ", ".join(f.split("code=")[1].split(",")[0].strip("[]") for f in archs
+                                if f.startswith("arch="))
+                print(f"unifl gpu: compiling CUDA kernels with {nvcc} ({how}) for {sms}")
                 res = subprocess.run(cmd, capture_output=True, text=True)
                 if res.returncode != 0:
                     if os.path.exists(target):
@@ -180,3 +230,15 @@ def _build_cuda(folder: str, out_dir: str) -> None:
         if os.environ.get("UNIFL_REQUIRE_CUDA_BUILD") == "1":
             raise SystemExit("UNIFL_REQUIRE_CUDA_BUILD=1 but the CUDA kernels were not built: "
                              + info["reason"])
+
+
+if __name__ == "__main__":
+    # `python unifl/backends/gpu/build.py`: the CUDA library alone, in place (no host extensions):
+    # what bench/gpu_checks.sh runs on a GPU machine (with UNIFL_CUDA_ARCHS=90 for its own SASS)
+    os.environ.setdefault("UNIFL_CUDA_BUILD", "1")
+    here = os.path.dirname(os.path.abspath(__file__))
+    _build_cuda(here, here)
+    with open(os.path.join(here, BUILD_INFO), encoding="utf-8") as fh:
+        done = json.load(fh)
+    print(f"unifl gpu: {done['reason']}")
+    sys.exit(0 if done.get("built") else 1)

@@ -56,13 +56,19 @@ class HostEngine:
     ``resident`` the device-memory model described in the module docstring."""
 
     def __init__(self, soa: bool = True, threads: int | None = None,
-                 resident: bool = False) -> None:
+                 resident: bool = False, window: int = 4, shape: int = 1) -> None:
+        if window not in (3, 4, 5) or shape not in (1, 2):
+            raise ValueError(f"gpu_host: window must be 3, 4 or 5 and shape 1 (normal) or 2 (wide),"
+                             f" got {window!r}, {shape!r}")
         self.soa = soa
         self.threads = int(threads or os.environ.get("UNIFL_THREADS") or os.cpu_count() or 1)
         self.resident = resident
         self.counts = {"launches": 0, "uploads": 0, "downloads": 0}
         #: small, so the tests' batches exercise the multi-part reductions
         self.parallel_groups = 8
+        #: the cooperative bodies' window and shape (no device here to choose them: explicit)
+        self.window = window
+        self.shape = shape
 
     def counters(self) -> dict[str, int]:
         """Kernel calls, staged host-operand transfers (key blobs included) and downloads so far."""
@@ -98,23 +104,31 @@ class HostEngine:
     def mul(self, key: np.ndarray, a: Limbs, b: Limbs, mode: int, group: bool) -> Limbs:
         return self._call(_gpu_host.mul, key, a, b, tail=(mode,), group=group)
 
+    def _wide(self, key: np.ndarray, group: bool) -> bool:
+        """The wide shape for this call: asked for, cooperative, and the key's class has one (as
+        the CUDA runtime decides it)."""
+        return group and self.shape == 2 and _gpu_host.lmax_class(int(key[1])) <= 64
+
     def exp(self, key: np.ndarray, base: Limbs, exps: np.ndarray, mode: int, group: bool) -> Limbs:
-        return self._call(_gpu_host.exp, key, base, exps, tail=(mode,), group=group)
+        return self._call(_gpu_host.exp, key, base, exps, tail=(mode,), group=group,
+                          window=self.window, wide=self._wide(key, group))
 
     def multi_exp(self, key: np.ndarray, bases: Limbs, exps: np.ndarray, group: bool, chunk: int
                   ) -> Limbs:
         return self._call(_gpu_host.multi_exp, key, bases, exps, group=group,
-                          chunk=chunk if group else 1)
+                          chunk=chunk if group else 1, window=self.window)
 
     def paillier_encrypt(self, pub: np.ndarray, m: Limbs, r: Limbs, group: bool) -> Limbs:
-        return self._call(_gpu_host.paillier_encrypt, pub, m, r, group=group)
+        return self._call(_gpu_host.paillier_encrypt, pub, m, r, group=group, window=self.window,
+                          wide=self._wide(pub, group))
 
     def paillier_encrypt_owner(self, owner: np.ndarray, m: Limbs, yp: Limbs, yq: Limbs,
                                group: bool) -> Limbs:
-        return self._call(_gpu_host.paillier_encrypt_owner, owner, m, yp, yq, group=group)
+        return self._call(_gpu_host.paillier_encrypt_owner, owner, m, yp, yq, group=group,
+                          window=self.window)
 
     def paillier_decrypt(self, priv: np.ndarray, c: Limbs, group: bool) -> Limbs:
-        return self._call(_gpu_host.paillier_decrypt, priv, c, group=group)
+        return self._call(_gpu_host.paillier_decrypt, priv, c, group=group, window=self.window)
 
     def prod_groups(self, key: np.ndarray, a: Limbs, order: np.ndarray, plan: np.ndarray,
                     num_groups: int) -> Limbs:
@@ -149,12 +163,18 @@ class GpuHostBackend(KernelBackend):
     name = "gpu_host"
 
     def __init__(self, soa: bool = True, threads: int | None = None, resident: bool = False,
-                 kernels: str = "group", **options: Any) -> None:
+                 kernels: str = "group", window: int = 4, lanes: str = "normal",
+                 **options: Any) -> None:
+        """``window`` (3, 4, 5) and ``lanes`` (normal, wide): the cooperative bodies' tuning, as
+        the gpu backend's options of those names choose it on a device."""
         super().__init__(**options)
         if kernels not in ("thread", "group"):
             raise ValueError(f"gpu_host: kernels must be 'thread' or 'group', got {kernels!r}")
+        if lanes not in ("normal", "wide"):
+            raise ValueError(f"gpu_host: lanes must be 'normal' or 'wide', got {lanes!r}")
         self.kernels = kernels
-        self.engine = HostEngine(soa=soa, threads=threads, resident=resident)
+        self.engine = HostEngine(soa=soa, threads=threads, resident=resident, window=window,
+                                 shape=2 if lanes == "wide" else 1)
 
     @classmethod
     def probe(cls) -> ProbeResult:

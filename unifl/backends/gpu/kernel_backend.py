@@ -9,7 +9,8 @@ native-op contract of ``unifl.core.backend.OPS``:
 =================  ==========================================================================
 mont_mul           MontMult kernel; also the homomorphic ciphertext addition (c̄1·c̄2·R^-1)
 mod_mul            MontMult then MontMult by R² (a·b mod m, plain in and out)
-mont_exp           fixed-window (w = 4) ModExp in the Montgomery domain; also ciphertext×scalar
+mont_exp           fixed-window ModExp in the Montgomery domain (one-thread bodies: w = 4; the
+                   cooperative ones: w = 3, 4 or 5, :attr:`Engine.window`); also ciphertext×scalar
 mod_exp            enter the domain, mont_exp, leave it: one kernel
 mod_exp_secret     the same kernel: NOT constant time (it skips zero windows, trims leading zero
                    digits and its MontMult ends in a data-dependent subtraction); declared so the
@@ -72,6 +73,10 @@ class Engine(Protocol):
 
     #: instances in flight that fill the engine (chunk sizes of the one-launch reductions)
     parallel_groups: int
+    #: the cooperative exponentiation bodies' window in bits (0: the engine's choice) and shape
+    #: (0: by batch size, 1: the size class's, 2: wide; runtime.SHAPE_*)
+    window: int
+    shape: int
 
     def prepare(self, blob: np.ndarray, kind: int) -> Any: ...
     def prepare_table(self, table: np.ndarray) -> Any: ...

@@ -1,18 +1,17 @@
 """Key blobs of the gpu kernels: every per-modulus / per-key constant in one uint64 array, built
-once per key on the host and uploaded once per device (the layout is documented, and parsed, in
-``src/kernels.cuh``; the host harness checks the two agree).
+once per key on the host and uploaded once per device.  Which constants, in which order, is defined
+once, in ``src/key_layout.h`` (read by :mod:`.layout`; the kernels' parsers are expanded from the
+same tables), together with what each constant is; here they are computed from the key records:
 
-Constants (R = 2^(64·L) of the modulus in question):
-
-* ModCtx  ``[n0', L, m, R mod m, R² mod m]``
-* PubKey  ``[ModCtx(n²), Ln, n]``
-* PrivKey the four contexts of p², q², p, q; ``Wp_j = Rp²^(j+2)·R_{n²}^-1 mod p²`` (so a wide
-  reduction of c̄ = c·R_{n²} by Montgomery multiplications lands in p²'s domain), p − 1, q − 1,
-  ``p^-1 mod 2^(64·Lp)`` (exact division (x − 1)/p as a multiplication), ``h_p·Rp² mod p``,
-  ``h_q·Rq mod q``, ``Wpq_j = Rp^(j+2) mod p``, ``q^-1 mod p``, q, Ln.
-* OwnerKey (key-owner encryption) ``[ModCtx(n²), ModCtx(p²), ModCtx(q²), Ln, n, Lp, p, Lq, q,
-  (p²)^-1·R_{q²} mod q², R³ mod n²]``: a MontMult mod q² by the first constant multiplies by
-  (p²)^-1 (Garner's step), a MontMult mod n² by the second turns g·x·R^-1 into g·x·R.
+* a modulus context: n0' = −m^-1 mod 2^64, R mod m, R² mod m (R = 2^(64·L));
+* the public key: the context of n², n;
+* the private key: the contexts of p², q², p, q; the wide-reduction constants
+  ``Wp_j = Rp²^(j+2)·R_{n²}^-1 mod p²`` (a reduction of c̄ = c·R_{n²} by Montgomery
+  multiplications lands in p²'s domain), p − 1, q − 1, ``p^-1 mod 2^(64·Lp)`` (the exact division
+  (x − 1)/p as a multiplication), ``h_p·Rp² mod p``, ``h_q·Rq mod q``, ``Wpq_j = Rp^(j+2) mod p``,
+  ``q^-1 mod p``, q;
+* the key owner's: the contexts of n², p², q², n, p, q, ``(p²)^-1·R_{q²} mod q²`` (a MontMult mod
+  q² by it multiplies by (p²)^-1: Garner's step), ``R³ mod n²`` (turns g·x·R^-1 into g·x·R).
 """
 
 from __future__ import annotations
@@ -23,33 +22,26 @@ import numpy as np
 from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext, mont_context
 from ...core.limbs import from_limbs, limb_count, to_limbs
+from .layout import assemble
 
 MAX_LIMBS = 128  # largest instantiated size class: 8192-bit moduli
 
 
-def _limbs(value: int, n: int) -> np.ndarray:
-    return to_limbs([value], n)[0]
-
-
-def _words(*vals: int) -> np.ndarray:
-    return np.array(vals, dtype=np.uint64)
-
-
 def ctx_blob(ctx: MontContext) -> np.ndarray:
     L = ctx.num_limbs
-    return np.concatenate([_words(ctx.n0inv, L), ctx.m_limbs.astype(np.uint64),
-                           _limbs(ctx.r_mod, L), _limbs(ctx.r2, L)])
+    return assemble("MOD_CTX", {"n0inv": ctx.n0inv, "L": L, "m": ctx.m_limbs.astype(np.uint64),
+                                "r1": ctx.r_mod, "r2": ctx.r2})
 
 
 def pub_blob(pk: PaillierPublicMaterial) -> np.ndarray:
-    Ln = pk.n_ctx.num_limbs
-    return np.concatenate([ctx_blob(pk.nsquare_ctx), _words(Ln), _limbs(pk.n, Ln)])
+    return assemble("PUB_KEY", {"n2": ctx_blob(pk.nsquare_ctx), "Ln": pk.n_ctx.num_limbs,
+                                "n": pk.n})
 
 
 def _wide_reduction_constants(target: MontContext, chunks: int, factor: int) -> np.ndarray:
     """W_j = R^(j+2)·factor mod m for j < chunks (see reduce_wide in src/bn_core.cuh)."""
     m, R, L = target.m, target.R, target.num_limbs
-    return np.concatenate([_limbs(pow(R, j + 2, m) * factor % m, L) for j in range(chunks)])
+    return to_limbs([pow(R, j + 2, m) * factor % m for j in range(chunks)], L).reshape(-1)
 
 
 def priv_blob(sk: PaillierPrivateMaterial) -> np.ndarray:
@@ -57,34 +49,30 @@ def priv_blob(sk: PaillierPrivateMaterial) -> np.ndarray:
     n2 = pk.nsquare_ctx
     p2, q2 = sk.psquare_ctx, sk.qsquare_ctx
     pc, qc = mont_context(sk.p), mont_context(sk.q)
-    L2, Ln = n2.num_limbs, pk.n_ctx.num_limbs
-    parts = [ctx_blob(p2), ctx_blob(q2), ctx_blob(pc), ctx_blob(qc), _words(L2)]
-    for sq in (p2, q2):
-        k = -(-L2 // sq.num_limbs)
-        parts += [_words(k), _wide_reduction_constants(sq, k, pow(n2.R, -1, sq.m))]
-    for prime in (sk.p, sk.q):
-        le = limb_count((prime - 1).bit_length())
-        parts += [_words(le), _limbs(prime - 1, le)]
-    parts += [_limbs(pow(sk.p, -1, pc.R), pc.num_limbs), _limbs(pow(sk.q, -1, qc.R), qc.num_limbs),
-              _limbs(sk.hp * pc.R * pc.R % sk.p, pc.num_limbs),
-              _limbs(sk.hq * qc.R % sk.q, qc.num_limbs)]
+    L2 = n2.num_limbs
+    kp, kq = -(-L2 // p2.num_limbs), -(-L2 // q2.num_limbs)
     kpq = -(-qc.num_limbs // pc.num_limbs)
-    parts += [_words(kpq), _wide_reduction_constants(pc, kpq, 1),
-              _limbs(sk.q_inverse, pc.num_limbs), _limbs(sk.q, qc.num_limbs), _words(Ln)]
-    return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)
+    return assemble("PRIV_KEY", {
+        "p2": ctx_blob(p2), "q2": ctx_blob(q2), "p": ctx_blob(pc), "q": ctx_blob(qc), "L2": L2,
+        "Kp": kp, "Wp": _wide_reduction_constants(p2, kp, pow(n2.R, -1, p2.m)),
+        "Kq": kq, "Wq": _wide_reduction_constants(q2, kq, pow(n2.R, -1, q2.m)),
+        "Lep": limb_count((sk.p - 1).bit_length()), "pm1": sk.p - 1,
+        "Leq": limb_count((sk.q - 1).bit_length()), "qm1": sk.q - 1,
+        "pinv": pow(sk.p, -1, pc.R), "qinv_w": pow(sk.q, -1, qc.R),
+        "hpR2": sk.hp * pc.R * pc.R % sk.p, "hqR": sk.hq * qc.R % sk.q,
+        "Kpq": kpq, "Wpq": _wide_reduction_constants(pc, kpq, 1),
+        "qinv_p": sk.q_inverse, "qv": sk.q, "Ln": pk.n_ctx.num_limbs})
 
 
 def owner_blob(sk: PaillierPrivateMaterial) -> np.ndarray:
     """The key-owner encryption blob of a private record (p < q, as the records keep them)."""
     pk = sk.public_key
     n2, p2, q2 = pk.nsquare_ctx, sk.psquare_ctx, sk.qsquare_ctx
-    Ln, Lp, Lq = pk.n_ctx.num_limbs, sk.p_limbs, sk.q_limbs
-    parts = [ctx_blob(n2), ctx_blob(p2), ctx_blob(q2),
-             _words(Ln), _limbs(pk.n, Ln), _words(Lp), _limbs(sk.p, Lp),
-             _words(Lq), _limbs(sk.q, Lq),
-             _limbs(sk.psquare_inverse * q2.R % q2.m, q2.num_limbs),
-             _limbs(pow(n2.R, 3, n2.m), n2.num_limbs)]
-    return np.ascontiguousarray(np.concatenate(parts), dtype=np.uint64)
+    return assemble("OWNER_KEY", {
+        "n2": ctx_blob(n2), "p2": ctx_blob(p2), "q2": ctx_blob(q2),
+        "Ln": pk.n_ctx.num_limbs, "n": pk.n, "Lp": sk.p_limbs, "p": sk.p,
+        "Lq": sk.q_limbs, "q": sk.q,
+        "psqinv": sk.psquare_inverse * q2.R % q2.m, "r3": pow(n2.R, 3, n2.m)})
 
 
 # ---- size classes (mirrors lmax_class in src/kernels.cuh and crt_lmax in src/kernels_group.cuh)

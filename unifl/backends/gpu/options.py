@@ -27,6 +27,17 @@ class GpuOptions(BackendOptions):
                 "32-bit words in registers) or auto (per size class, by timing both once on the "
                 "device; docs/gpu.md)")
 
+    window: Literal["auto", 3, 4, 5] = option(
+        "auto", "exponent window of the cooperative kernels, in bits (2^w table entries per group "
+                "in shared memory): 3, 4, 5, or auto (the largest whose tables cost no occupancy "
+                "against 3-bit ones on the device; docs/gpu.md)")
+
+    lanes: Literal["auto", "normal", "wide"] = option(
+        "auto", "threads per instance of the cooperative exponentiation kernels (ModExp, public "
+                "encryption): normal (the size class's), wide (twice as many, half the words each: "
+                "a lower latency per instance, up to 4096-bit moduli) or auto (wide for a call too "
+                "small to give the device 4 warps per SM)")
+
     cgbn: Optional[bool] = option(
         None, "the optional CGBN ModExp (a CGBN build only, docs/gpu.md); null: env "
               "UNIFL_GPU_CGBN=1")

@@ -1,4 +1,5 @@
-"""ctypes face of ``libunifl_gpu.so`` (built by nvcc from ``src/gpu_runtime.cu``).
+"""ctypes face of ``libunifl_gpu.so`` (built by nvcc from ``src/kernels.cu``,
+``src/device_runtime.cu`` and ``src/c_api.cu``; the C interface is the last).
 
 A :class:`CudaEngine` drives ONE device (the ``device`` option of the gpu backend): keys are
 uploaded to it, every op runs on it, and a batch split over several GPUs is the scheduler's business
@@ -28,6 +29,7 @@ from ...core.contract import Limbs
 from ...core.exponents import check_covered
 from ...core.limbs import DeviceBatch
 from ...core.errors import BackendUnavailable, ConfigError, DeviceError, OperandError
+from . import layout
 
 HERE = os.path.dirname(__file__)
 LIB_NAME = "libunifl_gpu.so"
@@ -35,12 +37,17 @@ BUILD_INFO = os.path.join(HERE, "_build_info.json")
 
 CUDA_ERROR_INSUFFICIENT_DRIVER = 35
 CUDA_ERROR_NO_DEVICE = 100
-#: the library's own error codes (gpu_runtime.cu); these four are the caller's: OperandError
+#: the library's own error codes (src/device_runtime.cuh, c_api.cu); these are the caller's:
+#: OperandError
 ERR_SIZE = -1      # a size outside what the (chosen family of) kernels is instantiated for
 ERR_LAYOUT = -4    # a device batch or table lives on another device than the op
 ERR_SHAPE = -5     # operand rows / limbs (or a plan, a table) do not fit the op
 ERR_SMEM = -6      # a group launch needs more shared memory per block than the device allows
-_OPERAND_ERRORS = (ERR_SIZE, ERR_LAYOUT, ERR_SHAPE, ERR_SMEM)
+ERR_WINDOW = -7    # a window other than 0 (chosen by occupancy), 3, 4, 5
+_OPERAND_ERRORS = (ERR_SIZE, ERR_LAYOUT, ERR_SHAPE, ERR_SMEM, ERR_WINDOW)
+
+#: CudaEngine.shape: the cooperative exponentiation kernels' shape (launch.cuh's Tuning)
+SHAPE_AUTO, SHAPE_NORMAL, SHAPE_WIDE = 0, 1, 2
 
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _i64p = ctypes.POINTER(ctypes.c_longlong)
@@ -62,8 +69,8 @@ def library_path() -> str:
 
 
 def _signatures() -> dict[str, tuple[list[Any], Any]]:
-    """name -> (argtypes, restype) of every C function the engine calls (gpu_runtime.cu's
-    ``extern "C"`` block; keep the two in step)."""
+    """name -> (argtypes, restype) of every C function the engine calls (``src/c_api.cu``; keep
+    the two in step)."""
     c_int, c_ll, vp = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
     vpp = ctypes.POINTER(ctypes.c_void_p)
     ip = ctypes.POINTER(ctypes.c_int)
@@ -72,6 +79,7 @@ def _signatures() -> dict[str, tuple[list[Any], Any]]:
         "unifl_gpu_error_string": ([c_int], ctypes.c_char_p),
         "unifl_gpu_device_name": ([c_int, ctypes.c_char_p, c_int], c_int),
         "unifl_gpu_counters": ([c_int, ctypes.POINTER(c_ll)], c_int),
+        "unifl_gpu_last_tuning": ([c_int, ip, ip], c_int),
         "unifl_gpu_key_upload": ([_u64p, c_ll, c_int, c_int, vpp], c_int),
         "unifl_gpu_key_classes": ([vp, ip, ip], None),
         "unifl_gpu_key_free": ([vp], None),
@@ -83,13 +91,19 @@ def _signatures() -> dict[str, tuple[list[Any], Any]]:
         "unifl_gpu_batch_free": ([vp], None),
         # (key, a, b, n, mode, group, &out)
         "unifl_gpu_mul": ([vp, Operand, Operand, c_ll, c_int, c_int, vpp], c_int),
-        "unifl_gpu_exp": ([vp, Operand, Operand, c_ll, c_int, c_int, vpp], c_int),
-        # (key, bases, N, exps, K, le, group, chunk, &out)
-        "unifl_gpu_multi_exp": ([vp, Operand, c_ll, _u64p, c_ll, c_int, c_int, c_ll, vpp], c_int),
-        "unifl_gpu_paillier_encrypt": ([vp, Operand, Operand, c_ll, c_int, vpp], c_int),
-        "unifl_gpu_paillier_encrypt_owner": ([vp, Operand, Operand, Operand, c_ll, c_int, vpp],
-                                             c_int),
-        "unifl_gpu_paillier_decrypt": ([vp, Operand, c_ll, c_int, vpp], c_int),
+        # (key, base, exps, n, mode, group, window, shape, &out)
+        "unifl_gpu_exp": ([vp, Operand, Operand, c_ll, c_int, c_int, c_int, c_int, vpp], c_int),
+        # (key, bases, N, exps, K, le, group, chunk, window, &out)
+        "unifl_gpu_multi_exp": ([vp, Operand, c_ll, _u64p, c_ll, c_int, c_int, c_ll, c_int, vpp],
+                                c_int),
+        # (pub, m, r, n, group, window, shape, &out)
+        "unifl_gpu_paillier_encrypt": ([vp, Operand, Operand, c_ll, c_int, c_int, c_int, vpp],
+                                       c_int),
+        # (owner, m, yp, yq, n, group, window, &out)
+        "unifl_gpu_paillier_encrypt_owner": ([vp, Operand, Operand, Operand, c_ll, c_int, c_int,
+                                              vpp], c_int),
+        # (priv, c, n, group, window, &out)
+        "unifl_gpu_paillier_decrypt": ([vp, Operand, c_ll, c_int, c_int, vpp], c_int),
         # (key, a, n, order, plan, chunks, num_groups, &out)
         "unifl_gpu_prod_groups": ([vp, Operand, c_ll, _i64p, _i64p, c_ll, c_ll, vpp], c_int),
         # (key, a, n, chunk, &out, &bad)
@@ -204,32 +218,23 @@ _KIND_NAMES = {0: "modulus context", 1: "Paillier public key", 2: "Paillier priv
 
 
 def _blob_sizes(blob: np.ndarray, kind: int) -> dict[str, int]:
-    """The limb counts an op checks its operands against, read from a key blob's headers (layouts
-    in ``src/kernels.cuh``): ``L`` (ModCtx), ``L2``/``Ln`` (every Paillier kind), ``Lp2``/``Lq2``
-    and ``Lp``/``Lq`` (owner)."""
-    def ctx(pos: int) -> tuple[int, int]:       # (L, position after the context)
-        L = int(blob[pos + 1])
-        return L, pos + 2 + 3 * L
+    """The limb counts an op checks its operands against, read from a key blob along its table
+    (``src/key_layout.h`` through :mod:`.layout`): ``L`` (a modulus context), ``L2``/``Ln`` (every
+    Paillier kind), ``Lp2``/``Lq2`` and ``Lp``/``Lq`` (owner)."""
+    if kind not in layout.KINDS:
+        raise OperandError(f"gpu: unknown key blob kind {kind}")
+    try:
+        w = layout.walk(layout.KINDS[kind], blob)
+    except layout.LayoutError as exc:
+        raise OperandError(f"gpu: a malformed {_KIND_NAMES[kind]} blob: {exc}") from None
     if kind == 0:
-        return {"L": int(blob[1])}
+        return {"L": w.words["L"]}
     if kind == 1:
-        L2, pos = ctx(0)
-        return {"L2": L2, "Ln": int(blob[pos])}
+        return {"L2": w.ctx_limbs["n2"], "Ln": w.words["Ln"]}
     if kind == 2:
-        _, pos = ctx(0)
-        for _ in range(3):
-            _, pos = ctx(pos)
-        return {"L2": int(blob[pos]), "Ln": int(blob[-1])}
-    if kind == 3:
-        L2, pos = ctx(0)
-        Lp2, pos = ctx(pos)
-        Lq2, pos = ctx(pos)
-        Ln = int(blob[pos])
-        pos += 1 + Ln
-        Lp = int(blob[pos])
-        pos += 1 + Lp
-        return {"L2": L2, "Lp2": Lp2, "Lq2": Lq2, "Ln": Ln, "Lp": Lp, "Lq": int(blob[pos])}
-    raise OperandError(f"gpu: unknown key blob kind {kind}")
+        return {"L2": w.words["L2"], "Ln": w.words["Ln"]}
+    return {"L2": w.ctx_limbs["n2"], "Lp2": w.ctx_limbs["p2"], "Lq2": w.ctx_limbs["q2"],
+            "Ln": w.words["Ln"], "Lp": w.words["Lp"], "Lq": w.words["Lq"]}
 
 
 class DeviceKey:
@@ -361,13 +366,27 @@ class CudaEngine:
     #: (TPI 32..8), and more without tables; 8192 leaves the scheduler a tail to balance.
     parallel_groups = 8192
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, device: int = 0, window: int = 0, shape: int = SHAPE_AUTO) -> None:
         self.lib = load_library()
         count = device_count()
         if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
             raise ConfigError(f"gpu: device must be a CUDA device index in [0, {count}), got "
                               f"{device!r}")
+        if window not in (0, 3, 4, 5) or shape not in (SHAPE_AUTO, SHAPE_NORMAL, SHAPE_WIDE):
+            raise ConfigError(f"gpu: window must be 0 (auto), 3, 4 or 5 and shape 0, 1 or 2, got "
+                              f"{window!r}, {shape!r}")
         self.device = device
+        #: the cooperative exponentiation kernels' window (0: by occupancy) and shape (SHAPE_*)
+        self.window = window
+        self.shape = shape
+
+    def last_tuning(self) -> dict[str, int]:
+        """What the last exponentiation-class launch on this device ran with: ``window`` bits and
+        ``wide`` (1: the wide shape); zeros before any."""
+        w, wide = ctypes.c_int(), ctypes.c_int()
+        _check(self.lib, self.lib.unifl_gpu_last_tuning(self.device, ctypes.byref(w),
+                                                        ctypes.byref(wide)))
+        return {"window": w.value, "wide": wide.value}
 
     def prepare(self, blob: np.ndarray, kind: int) -> DeviceKey:
         return DeviceKey(self.lib, blob, kind, self.device)
@@ -455,7 +474,7 @@ class CudaEngine:
             raise _shape_error(op, "exps", f"(1|{n}, Le >= 1)", exps.shape)
         _need_rows(op, "exps", exps, exps.shape[1], n, shared_ok=True)
         return self._run(op, self.lib.unifl_gpu_exp, key, [base, exps], n, mode,
-                         self._family(key, group, op))
+                         self._family(key, group, op), self.window, self.shape)
 
     def multi_exp(self, key: DeviceKey, bases: Limbs, exps: np.ndarray, group: bool, chunk: int
                   ) -> GpuBatch:
@@ -474,7 +493,8 @@ class CudaEngine:
         base_op = self._operand(bases, keep)
         h = ctypes.c_void_p()
         _check(self.lib, self.lib.unifl_gpu_multi_exp(key.handle, base_op, n, _ptr(exps), k, le,
-                                                      flag, int(chunk), ctypes.byref(h)), op)
+                                                      flag, int(chunk), self.window,
+                                                      ctypes.byref(h)), op)
         return GpuBatch(self.lib, h)
 
     def paillier_encrypt(self, pub: DeviceKey, m: Limbs, r: Limbs, group: bool) -> GpuBatch:
@@ -483,7 +503,7 @@ class CudaEngine:
         n = _need_rows(op, "m", m, Ln)
         _need_rows(op, "r", r, Ln, n)
         return self._run(op, self.lib.unifl_gpu_paillier_encrypt, pub, [m, r], n,
-                         self._family(pub, group, op))
+                         self._family(pub, group, op), self.window, self.shape)
 
     def paillier_encrypt_owner(self, owner: DeviceKey, m: Limbs, yp: Limbs, yq: Limbs,
                                group: bool) -> GpuBatch:
@@ -493,13 +513,13 @@ class CudaEngine:
         _need_rows(op, "yp", yp, sz["Lp"], n)
         _need_rows(op, "yq", yq, sz["Lq"], n)
         return self._run(op, self.lib.unifl_gpu_paillier_encrypt_owner, owner, [m, yp, yq], n,
-                         self._family(owner, group, op))
+                         self._family(owner, group, op), self.window)
 
     def paillier_decrypt(self, priv: DeviceKey, c: Limbs, group: bool) -> GpuBatch:
         op = "paillier_decrypt"
         n = _need_rows(op, "c", c, priv.sizes["L2"])
         return self._run(op, self.lib.unifl_gpu_paillier_decrypt, priv, [c], n,
-                         self._family(priv, group, op))
+                         self._family(priv, group, op), self.window)
 
     # ---- ops with only a cooperative kernel (one launch each)
     def prod_groups(self, key: DeviceKey, a: Limbs, order: np.ndarray, plan: np.ndarray,

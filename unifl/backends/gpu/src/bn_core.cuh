@@ -148,7 +148,8 @@ UNIFL_HD void mont_mul(u64 *r, const u64 *a, const u64 *b, const u64 *m, u64 n0i
     }
 }
 
-// One modulus' constants as laid out in a key blob (see blob.cuh): m, R mod m, R² mod m.
+// One modulus' constants as a key blob holds them (key_layout.h, UNIFL_LAYOUT_MOD_CTX): m, R mod m,
+// R² mod m.
 struct ModCtx {
     const u64 *m;
     const u64 *r1;  // R mod m: Montgomery form of 1

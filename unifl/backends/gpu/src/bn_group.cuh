@@ -7,7 +7,8 @@
 // Single source, two policies.  Every routine here is a template over a lane policy G:
 //   WarpLanes<TPI>  (nvcc, device)  a per-lane value is a plain register (u32 / u64 / bool), the
 //                                   group primitives are __shfl_sync / __ballot_sync on the group's
-//                                   lanes;
+//                                   lanes (on the whole warp for WarpLanes<TPI, true>, whose kernels
+//                                   keep every group of a warp on the same path);
 //   HostLanes<TPI>  (g++, host)     a per-lane value is Lanes<T, TPI>, the values of all TPI lanes,
 //                                   and every operation runs on all of them in lockstep; a shuffle
 //                                   reads another lane's slot, a vote builds the mask.
@@ -15,17 +16,19 @@
 // broadcast, a vote mask, loop counters) are plain scalars.  So on the host a lane-varying value
 // used where a uniform one is needed (a branch, a loop bound) does not compile: control flow is
 // uniform within a group by construction, which is what makes the warp code converge and the
-// host emulation exact.
+// host emulation exact.  The policies' carry chains (G::Chain: PTX .cc instructions on the device,
+// their carry flag emulated and checked per lane on the host) are the same duality for the adds.
 //
 // Math.  MontMult is word-serial CIOS (Koç, Acar, Kaliski 1996) distributed over the lanes: per
 // word a_i of the multiplier, every lane adds a_i·b and q·m on its own words (q = t_0·(−m^-1) mod
 // 2^32 from lane 0, one broadcast), and the whole accumulator shifts down one word (one shuffle).
-// Carries between lanes are not propagated per word: each lane keeps a pending 64-bit carry for the
-// word above its top word and folds it in at the shift (t stays exact as Σ lanes), and one carry
-// resolution (a vote-based carry-lookahead over the lanes) runs at the end.  So a MontMult of n
-// words is n iterations of 2·LPT 32×32→64 multiply-adds per lane -- 2n² products over the group,
-// the 4n² IMAD slots of the model -- plus 3 shuffles per word.  R = 2^(32·n32) with n32 = 2·L the
-// modulus' own word count (the same R = 2^(64·L) as unifl.core.montgomery), whatever the class.
+// A lane keeps its part as 64-bit pairs at even and odd word offsets, so each 32×32→64 product is
+// one multiply-add with carry in and out on a chain (mont_step); carries between lanes are not
+// propagated per word: the words above a lane's top stay with it until they shift down, and one
+// carry resolution (a vote-based carry-lookahead over the lanes) runs at the end.  So a MontMult of
+// n words is n steps of 2·LPT products per lane -- 2n² products over the group, the 4n² IMAD slots
+// of the model -- plus 3 shuffles per word.  R = 2^(32·n32) with n32 = 2·L the modulus' own word
+// count (the same R = 2^(64·L) as unifl.core.montgomery), whatever the class.
 //
 // Carry lookahead over lanes.  After each lane has added what it owns, lane i either generates a
 // carry (g_i), propagates one (all its words are ones: p_i), or kills it; the carries into the
@@ -53,23 +56,118 @@ namespace coop {
 
 typedef uint32_t u32;
 
+// =============================================================================== carry chains
+// A carry chain is a run of additions that pass one carry flag from each to the next, as PTX's
+// `.cc` / `c` instruction forms do: the chain's first operation sets the flag (mad_cc, add_cc),
+// the ones in between read and set it (madc_cc, addc_cc), the last reads it (addc).  A product
+// `mad_cc(a, b, c)` = c + a·b with a, b 32-bit and c, the result 64-bit: ptxas turns each
+// mul.wide.u32 + add(c).cc.u64 pair into ONE IMAD.WIDE.U32 with a carry-out (and carry-in)
+// predicate, so a chain of k products is k instructions.
+//
+// Device: each operation is one `asm volatile` statement; the flag lives in the hardware's carry
+// bit between them.  That is only sound if nothing that writes the flag runs in between: a chain
+// is written as consecutive calls with no other arithmetic interleaved, and no C++ code nvcc could
+// lower to carry instructions (it never does for 32/64-bit integers) appears inside a chain.
+// Host: DeviceChain's twin HostChain keeps the flag per lane and checks the protocol (a chain must
+// start with a flag-setting operation, and a flag is read at most once per set), so the host
+// harness runs, and verifies, every chain the device runs.
+#ifdef __CUDACC__
+struct DeviceChain {
+    // c + a·b, sets the carry flag
+    __device__ __forceinline__ u64 mad_cc(u32 a, u32 b, u64 c) {
+        u64 d;
+        asm volatile("{.reg .u64 p;\n\tmul.wide.u32 p, %1, %2;\n\tadd.cc.u64 %0, p, %3;}"
+                     : "=l"(d) : "r"(a), "r"(b), "l"(c));
+        return d;
+    }
+    // c + a·b + carry, sets the carry flag
+    __device__ __forceinline__ u64 madc_cc(u32 a, u32 b, u64 c) {
+        u64 d;
+        asm volatile("{.reg .u64 p;\n\tmul.wide.u32 p, %1, %2;\n\taddc.cc.u64 %0, p, %3;}"
+                     : "=l"(d) : "r"(a), "r"(b), "l"(c));
+        return d;
+    }
+    __device__ __forceinline__ u64 add_cc(u64 a, u64 b) {
+        u64 d;
+        asm volatile("add.cc.u64 %0, %1, %2;" : "=l"(d) : "l"(a), "l"(b));
+        return d;
+    }
+    __device__ __forceinline__ u64 addc_cc(u64 a, u64 b) {
+        u64 d;
+        asm volatile("addc.cc.u64 %0, %1, %2;" : "=l"(d) : "l"(a), "l"(b));
+        return d;
+    }
+    // a + b + carry (ends the chain)
+    __device__ __forceinline__ u64 addc(u64 a, u64 b) {
+        u64 d;
+        asm volatile("addc.u64 %0, %1, %2;" : "=l"(d) : "l"(a), "l"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 add_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("add.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 addc_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("addc.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 addc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("addc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    // a − b, sets the flag to the borrow; subc: a − (b + borrow)
+    __device__ __forceinline__ u32 sub_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("sub.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 subc_cc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("subc.cc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+    __device__ __forceinline__ u32 subc(u32 a, u32 b) {
+        u32 d;
+        asm volatile("subc.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        return d;
+    }
+};
+#endif
+
 // =============================================================================== lane policies
 #ifdef __CUDACC__
-template <int TPI_>
+// kWarp: every group of the warp runs the same control flow at every shuffle and vote (the kernel
+// keeps them converged: no group leaves early, and no branch that differs between groups has a
+// group primitive inside), so the primitives name the whole warp.  A constant full mask spares
+// ptxas the divergence checks and the diverged-warp copies of the code that a mask computed from
+// the lane index costs.  Without kWarp the mask is the group's lanes, and groups may diverge.
+template <int TPI_, bool kWarp = false>
 struct WarpLanes {
     static constexpr int TPI = TPI_;
+    static constexpr bool kConverged = kWarp;
     typedef u32 W;   // a lane's 32-bit word
     typedef u64 D;   // a lane's 64-bit value
     typedef bool B;  // a lane's predicate
-    typedef WarpLanes<TPI_ / 2> Half;
+    typedef WarpLanes<TPI_ / 2, kWarp> Half;
 
     __device__ __forceinline__ static int base() { return (int)(threadIdx.x & 31u) & ~(TPI - 1); }
     __device__ __forceinline__ static u32 mask() {
-        return TPI == 32 ? 0xffffffffu : (((1u << (TPI & 31)) - 1u) << base());
+        return TPI == 32 || kWarp ? 0xffffffffu : (((1u << (TPI & 31)) - 1u) << base());
+    }
+    // an invariant of the arithmetic that the host harness verifies (nothing on the device)
+    __device__ __forceinline__ static void check(B) {}
+    // the largest of a group-uniform value over the warp's groups (uniform over the warp)
+    __device__ __forceinline__ static int warp_max(int v) {
+        return kWarp ? __reduce_max_sync(0xffffffffu, v) : v;
     }
     __device__ __forceinline__ static W lane() { return threadIdx.x & (TPI - 1); }
     // value of lane `src` (uniform) to every lane, as a uniform scalar
     __device__ __forceinline__ static u32 bcast(W x, int src) { return __shfl_sync(mask(), x, src, TPI); }
+    // lane i gets lane (i + 1) mod TPI's value (the top lane gets lane 0's)
+    __device__ __forceinline__ static W next(W x) { return __shfl_sync(mask(), x, (int)lane() + 1, TPI); }
     // lane i gets lane i + d's value (0 past the top lane)
     __device__ __forceinline__ static W down(W x, int d) {
         const W y = __shfl_down_sync(mask(), x, d, TPI);
@@ -127,10 +225,16 @@ struct WarpLanes {
     __device__ __forceinline__ static void halves(F f) {
         f(Half(), (int)(lane() >= (W)(TPI / 2)));
     }
+    typedef DeviceChain Chain;
 };
 #endif
 
 #ifndef __CUDA_ARCH__
+}  // namespace coop
+}  // namespace unifl_gpu
+#include <cstdlib>
+namespace unifl_gpu {
+namespace coop {
 // The values of all N lanes of a group, operated on in lockstep (host emulation only).
 template <class T, int N>
 struct Lanes {
@@ -201,13 +305,100 @@ inline Lanes<T, N> sel(const Lanes<bool, N> &c, const Lanes<T, N> &a, const Lane
     return r;
 }
 
-template <int TPI_>
+// The carry flag of DeviceChain, per lane, with the chain protocol checked: reading a flag that no
+// operation of the chain set (a chain that starts with a `c` form, or reads the flag twice) aborts,
+// since on the device that flag would be whatever some earlier instruction left.
+template <int N>
+struct HostChain {
+    typedef Lanes<u32, N> W;
+    typedef Lanes<u64, N> D;
+    Lanes<u32, N> cf{0u};
+    bool live = false;
+
+    u32 take(int i) {
+        if (!live) std::abort();  // a carry read with no carry set in this chain
+        return cf.v[i];
+    }
+    D mad_cc(const W &a, const W &b, const D &c) { return mad(a, b, c, false); }
+    D madc_cc(const W &a, const W &b, const D &c) { return mad(a, b, c, true); }
+    D add_cc(const D &a, const D &b) { return add64(a, b, false, true); }
+    D addc_cc(const D &a, const D &b) { return add64(a, b, true, true); }
+    D addc(const D &a, const D &b) { return add64(a, b, true, false); }
+    W add_cc(const W &a, const W &b) { return add32(a, b, false, true); }
+    W addc_cc(const W &a, const W &b) { return add32(a, b, true, true); }
+    W addc(const W &a, const W &b) { return add32(a, b, true, false); }
+    W sub_cc(const W &a, const W &b) { return sub32(a, b, false, true); }
+    W subc_cc(const W &a, const W &b) { return sub32(a, b, true, true); }
+    W subc(const W &a, const W &b) { return sub32(a, b, true, false); }
+
+  private:
+    D mad(const W &a, const W &b, const D &c, bool cin) {
+        D r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const unsigned __int128 s = (unsigned __int128)((u64)a.v[i] * b.v[i]) + c.v[i] + (cin ? take(i) : 0u);
+            r.v[i] = (u64)s;
+            out.v[i] = (u32)(s >> 64);
+        }
+        cf = out;
+        live = true;
+        return r;
+    }
+    D add64(const D &a, const D &b, bool cin, bool cout) {
+        D r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const unsigned __int128 s = (unsigned __int128)a.v[i] + b.v[i] + (cin ? take(i) : 0u);
+            r.v[i] = (u64)s;
+            out.v[i] = (u32)(s >> 64);
+        }
+        cf = out;
+        live = cout;
+        return r;
+    }
+    W sub32(const W &a, const W &b, bool bin, bool bout) {  // the flag is the borrow
+        W r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const u64 sb = (u64)b.v[i] + (bin ? take(i) : 0u);
+            r.v[i] = (u32)((u64)a.v[i] - sb);
+            out.v[i] = (u32)((u64)a.v[i] < sb);
+        }
+        cf = out;
+        live = bout;
+        return r;
+    }
+    W add32(const W &a, const W &b, bool cin, bool cout) {
+        W r;
+        Lanes<u32, N> out;
+        for (int i = 0; i < N; ++i) {
+            const u64 s = (u64)a.v[i] + b.v[i] + (cin ? take(i) : 0u);
+            r.v[i] = (u32)s;
+            out.v[i] = (u32)(s >> 32);
+        }
+        cf = out;
+        live = cout;
+        return r;
+    }
+};
+
+// The warp-wide digit count a converged host run stands in for (HostLanes<TPI, true>::warp_max): the
+// harness sets it to the largest of the call before running it.
+inline int &host_warp_digits() {
+    static int v = 0;
+    return v;
+}
+
+// kWarp: the converged-warp policy's semantics (WarpLanes<TPI, true>) for the bodies that branch on
+// it: warp_max answers the call's largest value (host_warp_digits), as a warp of groups would.
+template <int TPI_, bool kWarp = false>
 struct HostLanes {
     static constexpr int TPI = TPI_;
+    static constexpr bool kConverged = kWarp;
     typedef Lanes<u32, TPI> W;
     typedef Lanes<u64, TPI> D;
     typedef Lanes<bool, TPI> B;
-    typedef HostLanes<TPI_ / 2> Half;
+    typedef HostLanes<TPI_ / 2, kWarp> Half;
 
     static W lane() {
         W r;
@@ -215,6 +406,17 @@ struct HostLanes {
         return r;
     }
     static u32 bcast(const W &x, int src) { return x.v[src]; }
+    static int warp_max(int v) { return kWarp && host_warp_digits() > v ? host_warp_digits() : v; }
+    // an invariant of the arithmetic: a lane that breaks it stops the harness
+    static void check(const B &ok) {
+        for (int i = 0; i < TPI; ++i)
+            if (!ok.v[i]) std::abort();
+    }
+    static W next(const W &x) {
+        W r;
+        for (int i = 0; i < TPI; ++i) r.v[i] = x.v[(i + 1) % TPI];
+        return r;
+    }
     template <class V>
     static V down(const V &x, int d) {
         V r;
@@ -267,6 +469,7 @@ struct HostLanes {
         f(Half(), 0);
         f(Half(), 1);
     }
+    typedef HostChain<TPI_> Chain;
 };
 #endif
 
@@ -336,18 +539,25 @@ UNIFL_HD void keep_words_below(Num<G, LPT> &x, int words) {
 }
 
 // ---- global memory: element i of a batch of 64-bit limbs (limb j at src[i·se + j·sl]), L limbs,
-// starting at limb `off` of the element; words past limb L read as 0 and are not written.
+// starting at limb `off` of the element; words past limb L read as 0 and are not written.  A lane's
+// limbs are consecutive: one 64-bit index for its first, then steps of sl (32-bit limb numbers
+// for the bounds).
+template <class G, int LPT>
+UNIFL_HD typename G::D first_limb_index(const Lay &y, long long i, int off) {
+    return widen(G::lane() * (u32)(LPT / 2) + (u32)off) * (u64)y.sl + (u64)(i * y.se);
+}
+
 template <class G, int LPT>
 UNIFL_HD void load(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, int L, int off = 0) {
     static_assert(LPT % 2 == 0, "a lane holds whole 64-bit limbs");
     typedef typename G::D D;
-    const u64 *row = src + i * y.se;
+    D idx = first_limb_index<G, LPT>(y, i, off);
     UNIFL_UNROLL
     for (int k = 0; k < LPT / 2; ++k) {
-        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
-        const D v = G::gather(row, (limb + (u64)off) * (u64)y.sl, limb < (u64)L);
+        const D v = G::gather(src, idx, G::lane() * (u32)(LPT / 2) + (u32)k < (u32)L);
         x.w[2 * k] = narrow(v);
         x.w[2 * k + 1] = narrow(v >> 32);
+        idx = idx + (u64)y.sl;
     }
 }
 
@@ -355,24 +565,27 @@ UNIFL_HD void load(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, in
 template <class G, int LPT>
 UNIFL_HD void load_cg(Num<G, LPT> &x, const u64 *src, const Lay &y, long long i, int L) {
     typedef typename G::D D;
-    const u64 *row = src + i * y.se;
+    D idx = first_limb_index<G, LPT>(y, i, 0);
     UNIFL_UNROLL
     for (int k = 0; k < LPT / 2; ++k) {
-        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
-        const D v = G::gather_cg(row, limb * (u64)y.sl, limb < (u64)L);
+        const D v = G::gather_cg(src, idx, G::lane() * (u32)(LPT / 2) + (u32)k < (u32)L);
         x.w[2 * k] = narrow(v);
         x.w[2 * k + 1] = narrow(v >> 32);
+        idx = idx + (u64)y.sl;
     }
 }
 
+// (dst null: nothing is written -- a group that only keeps its warp converged)
 template <class G, int LPT>
 UNIFL_HD void store(u64 *dst, const Lay &y, long long i, int L, const Num<G, LPT> &x) {
     typedef typename G::D D;
-    u64 *row = dst + i * y.se;
+    const u32 limbs = dst ? (u32)L : 0u;
+    D idx = first_limb_index<G, LPT>(y, i, 0);
     UNIFL_UNROLL
     for (int k = 0; k < LPT / 2; ++k) {
-        const D limb = widen(G::lane() * (u32)(LPT / 2) + (u32)k);
-        G::scatter(row, limb * (u64)y.sl, widen(x.w[2 * k]) | (widen(x.w[2 * k + 1]) << 32), limb < (u64)L);
+        G::scatter(dst, idx, widen(x.w[2 * k]) | (widen(x.w[2 * k + 1]) << 32),
+                   G::lane() * (u32)(LPT / 2) + (u32)k < limbs);
+        idx = idx + (u64)y.sl;
     }
 }
 
@@ -398,49 +611,46 @@ UNIFL_HD void sstore(u32 *p, const Num<G, LPT> &x) {
 // Resolves the carries between lanes once each lane has added its own parts: `c` is the lane's
 // carry out (0 or 1).  Adds the carry into each lane and returns the carry out of the top lane.
 template <class G, int LPT>
-UNIFL_HD u32 resolve_carries(Num<G, LPT> &t, const typename G::D &c) {
+UNIFL_HD u32 resolve_carries(Num<G, LPT> &t, const typename G::W &c) {
     typedef typename G::W W;
-    typedef typename G::D D;
-    typename G::B ones = c == 0ull;
+    typename G::B ones = c == 0u;
     UNIFL_UNROLL
     for (int k = 0; k < LPT; ++k) ones = ones & (t.w[k] == 0xffffffffu);
-    const u64 g = G::ballot(c != 0ull), p = G::ballot(ones);
+    const u64 g = G::ballot(c != 0u), p = G::ballot(ones);
     const u64 x = g + (g | p);
     const u32 cin = (u32)(x ^ p);
-    D s = widen((W(cin) >> G::lane()) & 1u);
+    typename G::Chain cc;
+    t.w[0] = cc.add_cc(t.w[0], (W(cin) >> G::lane()) & 1u);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        s = s + widen(t.w[k]);
-        t.w[k] = narrow(s);
-        s = s >> 32;
-    }
+    for (int k = 1; k < LPT - 1; ++k) t.w[k] = cc.addc_cc(t.w[k], W(0u));
+    t.w[LPT - 1] = cc.addc(t.w[LPT - 1], W(0u));
     return (u32)(x >> G::TPI) & 1u;
 }
 
-// t += cin, cin a per-lane value added at the lane's word 0 (cin < 2^(32·(LPT−1))); returns the
-// carry out of the group (uniform).
+// t += cin, cin a per-lane 64-bit value added at the lane's word 0; returns the carry out of the
+// group (uniform).
 template <class G, int LPT>
-UNIFL_HD u32 add_in(Num<G, LPT> &t, typename G::D cin) {
-    static_assert(LPT >= 2, "carry-in bound needs two words per lane");
+UNIFL_HD u32 add_in(Num<G, LPT> &t, const typename G::D &cin) {
+    typedef typename G::W W;
+    static_assert(LPT >= 2, "a 64-bit carry-in needs two words per lane");
+    typename G::Chain cc;
+    t.w[0] = cc.add_cc(t.w[0], narrow(cin));
+    t.w[1] = cc.addc_cc(t.w[1], narrow(cin >> 32));
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        cin = cin + widen(t.w[k]);
-        t.w[k] = narrow(cin);
-        cin = cin >> 32;
-    }
-    return resolve_carries<G, LPT>(t, cin);
+    for (int k = 2; k < LPT; ++k) t.w[k] = cc.addc_cc(t.w[k], W(0u));
+    const W c = cc.addc(W(0u), W(0u));
+    return resolve_carries<G, LPT>(t, c);
 }
 
 // r = a + b; returns the carry out (uniform).  r may alias a or b.
 template <class G, int LPT>
 UNIFL_HD u32 add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
-    typename G::D c = 0ull;
+    typedef typename G::W W;
+    typename G::Chain cc;
+    r.w[0] = cc.add_cc(a.w[0], b.w[0]);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        c = c + widen(a.w[k]) + widen(b.w[k]);
-        r.w[k] = narrow(c);
-        c = c >> 32;
-    }
+    for (int k = 1; k < LPT; ++k) r.w[k] = cc.addc_cc(a.w[k], b.w[k]);
+    const W c = cc.addc(W(0u), W(0u));
     return resolve_carries<G, LPT>(r, c);
 }
 
@@ -448,27 +658,22 @@ UNIFL_HD u32 add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
 template <class G, int LPT>
 UNIFL_HD u32 sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b) {
     typedef typename G::W W;
-    typedef typename G::D D;
-    D bw = 0ull;
+    typename G::Chain cc;
+    r.w[0] = cc.sub_cc(a.w[0], b.w[0]);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        const D s = widen(a.w[k]) - widen(b.w[k]) - bw;
-        r.w[k] = narrow(s);
-        bw = s >> 63;
-    }
-    typename G::B zero = bw == 0ull;
+    for (int k = 1; k < LPT; ++k) r.w[k] = cc.subc_cc(a.w[k], b.w[k]);
+    const W bw = cc.subc(W(0u), W(0u));  // 0, or all ones after a borrow
+    // borrows between lanes: a lane whose words are all zero passes one on
+    typename G::B zero = bw == 0u;
     UNIFL_UNROLL
     for (int k = 0; k < LPT; ++k) zero = zero & (r.w[k] == 0u);
-    const u64 g = G::ballot(bw != 0ull), p = G::ballot(zero);
+    const u64 g = G::ballot(bw != 0u), p = G::ballot(zero);
     const u64 x = g + (g | p);
     const u32 bin = (u32)(x ^ p);
-    D bi = widen((W(bin) >> G::lane()) & 1u);
+    r.w[0] = cc.sub_cc(r.w[0], (W(bin) >> G::lane()) & 1u);
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) {
-        const D s = widen(r.w[k]) - bi;
-        r.w[k] = narrow(s);
-        bi = s >> 63;
-    }
+    for (int k = 1; k < LPT - 1; ++k) r.w[k] = cc.subc_cc(r.w[k], W(0u));
+    r.w[LPT - 1] = cc.subc(r.w[LPT - 1], W(0u));
     return (u32)(x >> G::TPI) & 1u;
 }
 
@@ -520,50 +725,122 @@ UNIFL_HD void reduce_once(Num<G, LPT> &r, const Num<G, LPT> &a, u32 over, const 
     for (int k = 0; k < LPT; ++k) r.w[k] = take ? d.w[k] : a.w[k];
 }
 
+// One word step of mont_mul's accumulator (see there): x, y += ai·b, then q·m, then the whole
+// value moves down one word.  x holds 64-bit pairs at even word offsets (x[k]: words 2k, 2k+1) and
+// xt the word LPT above them; y pairs at odd offsets (y[k]: words 2k+1, 2k+2) and yt the word
+// LPT + 1; w0 a word at offset 0 (up to 33 bits).  The lane's value is their sum; its words LPT and
+// up are owed to the lane above, and between steps they total under 4 (CIOS keeps t < 2m), so one
+// 32-bit word holds each top.  After the move down the parities swap: the caller passes (y, x).
+template <class G, int LPT>
+UNIFL_HD void mont_step(typename G::D (&x)[LPT / 2], typename G::W &xt, typename G::D (&y)[LPT / 2],
+                        typename G::W &yt, typename G::D &w0, u32 ai, const Num<G, LPT> &b,
+                        const Mod<G, LPT> &md) {
+    typedef typename G::W W;
+    typedef typename G::D D;
+    constexpr int H = LPT / 2;
+    typename G::Chain cc;
+    // t += ai·b: even words of b into x, odd ones into y, each a chain of H products
+    x[0] = cc.mad_cc(ai, b.w[0], x[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) x[k] = cc.madc_cc(ai, b.w[2 * k], x[k]);
+    xt = cc.addc(xt, W(0u));
+    y[0] = cc.mad_cc(ai, b.w[1], y[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) y[k] = cc.madc_cc(ai, b.w[2 * k + 1], y[k]);
+    yt = cc.addc(yt, W(0u));
+    // q = t_0·(−m^-1) mod 2^32 from lane 0, so that t + q·m ≡ 0 mod 2^32
+    const u32 q = G::bcast(narrow(x[0]) + narrow(w0), 0) * md.m0inv;
+    x[0] = cc.mad_cc(q, md.m.w[0], x[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) x[k] = cc.madc_cc(q, md.m.w[2 * k], x[k]);
+    xt = cc.addc(xt, W(0u));
+    y[0] = cc.mad_cc(q, md.m.w[1], y[0]);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) y[k] = cc.madc_cc(q, md.m.w[2 * k + 1], y[k]);
+    yt = cc.addc(yt, W(0u));
+    // t /= 2^32: word 0 leaves the lane for the top of the lane below (lane 0's is 0 by the choice
+    // of q, and reaches the top lane as the word above the class); what is left of x[0] stays
+    const D s = widen(narrow(x[0])) + w0;
+    const W in = G::next(narrow(s));
+    w0 = (x[0] >> 32) + (s >> 32);
+    // the x pairs move to odd offsets: x[k] -> (new y)[k − 1]; xt and the lane above's word land
+    // at word LPT − 1, the low half of x[H − 1]'s new place
+    UNIFL_UNROLL
+    for (int k = 0; k < H - 1; ++k) x[k] = x[k + 1];
+    x[H - 1] = widen(xt) + widen(in);
+    xt = 0u;
+}
+
 // r = a·b·R^-1 mod m (R = 2^(32·n32)); a < R, b < m.  r may alias a or b.
+//
+// Word-serial CIOS over the lanes with the accumulator split into even- and odd-aligned 64-bit
+// pairs (mont_step): a product a_i·b_j (32×32 → 64) lands on a whole pair, so each is ONE
+// multiply-add with carry in and out (IMAD.WIDE.U32) in a chain over the lane's pairs, and the
+// two sums are joined once at the end.  Per word of a, per lane: 2·LPT products in four chains of
+// LPT/2, three shuffles (a_i, t_0 for q, the word moving down) and a handful of adds.
 template <class G, int LPT>
 UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
     typedef typename G::W W;
     typedef typename G::D D;
-    Num<G, LPT> t;
+    constexpr int H = LPT / 2;
+    static_assert(LPT % 2 == 0 && LPT >= 2, "whole pairs of words per lane");
+    D x[H], y[H], w0 = 0ull;
+    W xt = 0u, yt = 0u;
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) t.w[k] = 0u;
-    D pend = 0ull;  // carry owed to the word above this lane's top word
-    const int n32 = md.n32;
-    for (int src = 0; src * LPT < n32; ++src) {
+    for (int k = 0; k < H; ++k) x[k] = y[k] = 0ull;
+    // the words of a by lanes: n32 / LPT whole lanes, then the first n32 % LPT words of the next
+    // (n32 = 2·L and LPT are even, so steps go by pairs and x, y are back in place after each).
+    // One lane's words per trip: two per trip measured the same instructions per word (the loop's
+    // own moves and test vanish in the steps) for ten more registers in the exponentiations.
+    const unsigned n32 = (unsigned)md.n32, full = n32 / LPT, rest = n32 % LPT;
+    for (unsigned src = 0; src < full; ++src) {
         UNIFL_UNROLL
-        for (int k = 0; k < LPT; ++k) {
-            if (src * LPT + k >= n32) break;
-            const u32 ai = G::bcast(a.w[k], src);
-            D c = 0ull;
-            UNIFL_UNROLL
-            for (int j = 0; j < LPT; ++j) {  // t += a_i·b
-                const D p = widen(b.w[j]) * (u64)ai + widen(t.w[j]) + c;
-                t.w[j] = narrow(p);
-                c = p >> 32;
-            }
-            pend = pend + c;
-            const u32 q = G::bcast(t.w[0], 0) * md.m0inv;  // t + q·m ≡ 0 mod 2^32
-            c = 0ull;
-            UNIFL_UNROLL
-            for (int j = 0; j < LPT; ++j) {  // t += q·m
-                const D p = widen(md.m.w[j]) * (u64)q + widen(t.w[j]) + c;
-                t.w[j] = narrow(p);
-                c = p >> 32;
-            }
-            pend = pend + c;
-            const W in = G::down(t.w[0], 1);  // t /= 2^32: the words move down one place
-            UNIFL_UNROLL
-            for (int j = 0; j < LPT - 1; ++j) t.w[j] = t.w[j + 1];
-            const D s = widen(in) + pend;  // the pending carry lands on the new top word
-            t.w[LPT - 1] = narrow(s);
-            pend = s >> 32;
+        for (int k = 0; k < LPT; k += 2) {
+            mont_step<G, LPT>(x, xt, y, yt, w0, G::bcast(a.w[k], (int)src), b, md);
+            mont_step<G, LPT>(y, yt, x, xt, w0, G::bcast(a.w[k + 1], (int)src), b, md);
         }
     }
+    if (rest) {  // one pair at a time, the lane's words moving down two places per pair
+        Num<G, LPT> as = a;
+#ifdef __CUDA_ARCH__
+#pragma unroll 1
+#endif
+        for (unsigned k = 0; k < rest; k += 2) {
+            mont_step<G, LPT>(x, xt, y, yt, w0, G::bcast(as.w[0], (int)full), b, md);
+            mont_step<G, LPT>(y, yt, x, xt, w0, G::bcast(as.w[1], (int)full), b, md);
+            UNIFL_UNROLL
+            for (int j = 0; j + 2 < LPT; ++j) as.w[j] = as.w[j + 2];
+        }
+    }
+    // join: t = x + y·2^32 + w0, the lane's LPT words and what it owes the lane above (pend)
+    typename G::Chain cc;
+    D p[H];
+    p[0] = cc.add_cc(x[0], w0);
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) p[k] = cc.addc_cc(x[k], D(0ull));
+    const W pt = cc.addc(xt, W(0u));
+    Num<G, LPT> t;
+    t.w[0] = narrow(p[0]);
+    t.w[1] = cc.add_cc(narrow(p[0] >> 32), narrow(y[0]));
+    UNIFL_UNROLL
+    for (int k = 1; k < H; ++k) {
+        t.w[2 * k] = cc.addc_cc(narrow(p[k]), narrow(y[k - 1] >> 32));
+        t.w[2 * k + 1] = cc.addc_cc(narrow(p[k] >> 32), narrow(y[k]));
+    }
+    const W lo = cc.addc_cc(pt, narrow(y[H - 1] >> 32));
+    const W hi = cc.addc(yt, W(0u));
+    G::check((hi == 0u) & (lo < 4u));  // the words above the lane's total under 4 (see mont_step)
+    const D pend = widen(lo);  // the carries owed to the lane above (at the top lane: under 2)
     // the top lane's pending carry is the word above the class (at most 1: t < 2m)
     const u32 over_top = G::bcast(narrow(pend), G::TPI - 1);
     const u32 over = add_in<G, LPT>(t, G::up(pend, 1)) + over_top;
     reduce_once<G, LPT>(r, t, over, md);
+}
+
+// r = a²·R^-1 mod m
+template <class G, int LPT>
+UNIFL_HD void mont_sqr(Num<G, LPT> &r, const Num<G, LPT> &a, const Mod<G, LPT> &md) {
+    mont_mul<G, LPT>(r, a, a, md);
 }
 
 template <class G, int LPT>
@@ -593,9 +870,14 @@ UNIFL_HD void mod_add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b
 }
 
 // r = (a − b) mod m for a, b < m
+// (no branch: m or 0 is added, so the groups of a warp stay converged)
 template <class G, int LPT>
 UNIFL_HD void mod_sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
-    if (sub<G, LPT>(r, a, b)) add<G, LPT>(r, r, md.m);
+    const bool borrow = sub<G, LPT>(r, a, b) != 0;
+    Num<G, LPT> m;
+    UNIFL_UNROLL
+    for (int k = 0; k < LPT; ++k) m.w[k] = borrow ? md.m.w[k] : typename G::W(0u);
+    add<G, LPT>(r, r, m);
 }
 
 // r = a·b mod 2^(32·words), the product's low `words` words (a full product when the class holds
@@ -654,35 +936,46 @@ UNIFL_HD void shift_down_words(Num<G, LPT> &r, const Num<G, LPT> &x, int sh) {
 }
 
 // ================================================================================ exponentiation
-constexpr int kWin = 4;                      // fixed 4-bit windows: 16 table entries
-constexpr int kTable = 1 << kWin;
+// Fixed windows of w bits (a kernel argument: 3, 4 or 5), 2^w table entries in the group's shared
+// memory.  A smaller window halves the table (more groups per SM where shared memory caps them) for
+// about one MontMult in 3w more per exponent bit; which wins is the device's to measure.
+constexpr int kMinWindow = 3, kMaxWindow = 5;
 
 // Words of shared memory one group's window table takes (plus TPI words of skew so that the
 // tables of the groups of a warp start in different banks).
 template <class G, int LPT>
-UNIFL_HD constexpr int table_words() { return kTable * LPT * G::TPI + G::TPI; }
+UNIFL_HD constexpr int table_words(int w) { return (1 << w) * LPT * G::TPI + G::TPI; }
 
-// 4-bit digit d of an exponent of Le limbs, 0 past them (uniform: every lane reads the same words)
-UNIFL_HD unsigned digit(const u64 *e, int Le, int d) {
-    const int l = d / (64 / kWin);
-    return l < Le ? (unsigned)(e[l] >> ((d % (64 / kWin)) * kWin)) & (kTable - 1) : 0u;
+// w bits of a (La limbs) from bit `pos`, 0 past them (uniform: every lane reads the same words)
+UNIFL_HD unsigned bits_at(const u64 *a, int La, int pos, int w) {
+    const int l = pos / 64, s = pos % 64;
+    if (l >= La) return 0;
+    u64 v = a[l] >> s;
+    if (s + w > 64 && l + 1 < La) v |= a[l + 1] << (64 - s);
+    return (unsigned)(v & ((1ull << w) - 1));
 }
+
+// w-bit digit d of an exponent of Le limbs
+UNIFL_HD unsigned digit(const u64 *e, int Le, int d, int w) { return bits_at(e, Le, d * w, w); }
 
 // digits to process for an exponent of Le limbs: through its top nonzero digit (0 for e = 0)
-UNIFL_HD int exp_digits(const u64 *e, int Le) {
-    int nd = Le * (64 / kWin);
-    while (nd > 0 && digit(e, Le, nd - 1) == 0) --nd;
-    return nd;
+UNIFL_HD int exp_digits(const u64 *e, int Le, int w) {
+    int top = Le - 1;
+    while (top >= 0 && e[top] == 0) --top;
+    if (top < 0) return 0;
+    int bits = 64 * top;
+    for (u64 v = e[top]; v; v >>= 1) ++bits;
+    return (bits + w - 1) / w;
 }
 
-// r = x^e·R mod m for x̄ = x·R mod m (e of Le limbs); the 16-entry table in the group's shared
-// memory `tab`.
+// r = x^e·R mod m for x̄ = x·R mod m (e of Le limbs), w-bit windows, the 2^w-entry table in the
+// group's shared memory `tab`.
 // `nd` digits are processed (>= exp_digits(e)); with `always_mul` a zero digit still multiplies
 // (by entry 0 = R mod m), so the instruction stream depends only on nd -- the CRT halves of a
-// group (different exponents, same nd) then run in step.
+// group (different exponents, same nd) then run in step, and so do the groups of a converged warp.
 template <class G, int LPT>
 UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, int Le, int nd, bool always_mul,
-                       const Mod<G, LPT> &md, u32 *tab) {
+                       const Mod<G, LPT> &md, u32 *tab, int w) {
     const int row = LPT * G::TPI;
     Num<G, LPT> acc, t;
     mont_one<G, LPT>(acc, md);
@@ -693,14 +986,14 @@ UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, in
     sstore<G, LPT>(tab, acc);
     sstore<G, LPT>(tab + row, xbar);
     t = xbar;
-    for (int d = 2; d < kTable; ++d) {
+    for (int d = 2; d < (1 << w); ++d) {
         mont_mul<G, LPT>(t, t, xbar, md);
         sstore<G, LPT>(tab + d * row, t);
     }
-    sload<G, LPT>(acc, tab + digit(e, Le, nd - 1) * row);
+    sload<G, LPT>(acc, tab + digit(e, Le, nd - 1, w) * row);
     for (int d = nd - 2; d >= 0; --d) {
-        for (int s = 0; s < kWin; ++s) mont_mul<G, LPT>(acc, acc, acc, md);
-        const unsigned dig = digit(e, Le, d);
+        for (int s = 0; s < w; ++s) mont_sqr<G, LPT>(acc, acc, md);
+        const unsigned dig = digit(e, Le, d, w);
         if (dig || always_mul) {
             sload<G, LPT>(t, tab + dig * row);
             mont_mul<G, LPT>(acc, acc, t, md);

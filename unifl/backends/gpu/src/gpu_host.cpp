@@ -3,6 +3,8 @@
 // unifl.backends.gpu._gpu_host.  It runs the body of every instance index on the CPU, with the
 // batches either element-major (the canonical host layout) or limb-major (what the CUDA runtime
 // stages on the device), so index arithmetic, layout and carries are checked without a GPU.
+// The cooperative bodies' PTX carry chains run through HostChain (bn_group.cuh): the carry flag per
+// lane, and every chain checked to read only flags it set; their invariants (G::check) abort here.
 // It is a verification tool, not a fast path: one plain C++ loop per limb, no assembly.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -11,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 // GCC cannot see that the local limb arrays (capacity LMAX) are written up to the runtime length L
@@ -46,8 +50,8 @@ void parallel_for(long long n, int threads, F fn) {
 // Runs a cooperative body for every instance: one HostLanes<TPI> group (all TPI lanes in lockstep)
 // per call, with its own window table (the shared-memory slice a group has on the device).
 template <int TPI, int LPT, class F>
-void run_groups(long long n, int threads, F body) {
-    const int words = unifl_gpu::coop::table_words<unifl_gpu::coop::HostLanes<TPI>, LPT>();
+void run_groups(long long n, int threads, F body, int window = unifl_gpu::coop::kMaxWindow) {
+    const int words = unifl_gpu::coop::table_words<unifl_gpu::coop::HostLanes<TPI>, LPT>(window);
     parallel_for(n, threads, [&](long long i) {
         thread_local std::vector<u32> tab;
         if ((int)tab.size() < words) tab.resize(size_t(words));
@@ -56,6 +60,10 @@ void run_groups(long long n, int threads, F body) {
 }
 
 #define HL unifl_gpu::coop::HostLanes<TPI>
+
+// a compile-time int as a value (to hand a shape's TPI and LPT to a generic lambda)
+template <int V>
+using Int = std::integral_constant<int, V>;
 
 // A batch in the layout under test: element-major views the numpy buffer in place, limb-major
 // copies it transposed (as the CUDA runtime's staging does).
@@ -120,100 +128,147 @@ Limbs arr(const py::array &a, const char *fn, const char *name, std::vector<long
     return Limbs::ensure(a);
 }
 
-// Reads a blob's header words with bounds; every field the bodies use must lie inside the blob.
+// Walks a blob along its table in key_layout.h with bounds: every field the bodies use must lie
+// inside the blob, every count must be in [1, MAX_BLOB_LIMBS], and nothing may follow the last
+// field.  `fields` (when asked for) records each field's (name, offset, words), for the layout
+// test against keys.py.
+struct Extent {
+    long long L;  // a context's limb count, as `name.L` in the tables' counts
+};
+
 struct BlobWalk {
     const u64 *b;
     long long len, pos = 0;
     const char *fn;
-    u64 word(long long lo, long long hi, const char *what) {
-        if (pos >= len) bad_arg(fn, "key", std::string("is truncated before ") + what);
-        const u64 v = b[pos++];
-        if ((long long)v < lo || (long long)v > hi)
-            bad_arg(fn, "key", std::string("has ") + what + " = " + std::to_string(v) + " outside [" +
-                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
-        return v;
+    std::vector<std::tuple<std::string, long long, long long>> *fields = nullptr;
+
+    void note(const std::string &name, long long at, long long words) {
+        if (fields) fields->emplace_back(name, at, words);
     }
-    void skip(long long words, const char *what) {
-        if (words < 0 || pos + words > len) bad_arg(fn, "key", std::string("is truncated in ") + what);
+    long long word(const std::string &name, bool count) {
+        if (pos >= len) bad_arg(fn, "key", "is truncated before " + name);
+        const u64 v = b[pos];
+        if (count && (v < 1 || v > (u64)unifl_gpu::MAX_BLOB_LIMBS))
+            bad_arg(fn, "key", "has " + name + " = " + std::to_string(v) + " outside [1, " +
+                                   std::to_string(unifl_gpu::MAX_BLOB_LIMBS) + "]");
+        note(name, pos, 1);
+        ++pos;
+        return (long long)v;
+    }
+    void skip(const std::string &name, long long words) {
+        if (words < 0 || pos + words > len) bad_arg(fn, "key", "is truncated in " + name);
+        note(name, pos, words);
         pos += words;
     }
-    int ctx(const char *what) {  // [n0inv, L, m, R mod m, R² mod m]
-        skip(1, what);
-        const int L = (int)word(1, unifl_gpu::MAX_BLOB_LIMBS, what);
-        skip(3LL * L, what);
-        return L;
-    }
+    Extent ctx(const std::string &name);
     void end() {
         if (pos != len) bad_arg(fn, "key", "has " + std::to_string(len - pos) + " trailing words");
     }
 };
 
-long long key_len(const py::array &k, const char *fn) {
+#define UNIFL_WALK_CTX(name)                  \
+    const Extent name = w.ctx(pre + #name);   \
+    (void)name;
+#define UNIFL_WALK_WORD(name)                          \
+    const long long name = w.word(pre + #name, true);  \
+    (void)name;
+#define UNIFL_WALK_VALUE(name) w.word(pre + #name, false);
+#define UNIFL_WALK_LIMBS(name, count) w.skip(pre + #name, (long long)(count));
+#define UNIFL_WALK(table) table(UNIFL_WALK_CTX, UNIFL_WALK_WORD, UNIFL_WALK_VALUE, UNIFL_WALK_LIMBS)
+
+// a context inside a blob; its fields are named "<ctx>.<field>"
+Extent BlobWalk::ctx(const std::string &name) {
+    BlobWalk &w = *this;
+    const std::string pre = name.empty() ? name : name + ".";
+    UNIFL_WALK(UNIFL_LAYOUT_MOD_CTX)
+    return Extent{L};
+}
+
+// The four blob kinds (kernel_backend.KIND_*): 0 a modulus context, 1 public, 2 private, 3 owner.
+// Returns the walk's sizes: L for kind 0, else the counts and context sizes the checks below need.
+struct Walked {
+    long long L = 0, L2 = 0, Ln = 0, Lp = 0, Lq = 0, Lp2 = 0, Lq2 = 0, Kp = 0, Kq = 0, Kpq = 0;
+};
+
+Walked walk_blob(const u64 *blob, long long len, int kind, const char *fn,
+                 std::vector<std::tuple<std::string, long long, long long>> *fields = nullptr) {
+    BlobWalk w{blob, len, 0, fn, fields};
+    const std::string pre;
+    Walked r;
+    if (kind == 0) {
+        const Extent m = w.ctx("");
+        r.L = m.L;
+    } else if (kind == 1) {
+        UNIFL_WALK(UNIFL_LAYOUT_PUB_KEY)
+        r.L2 = n2.L;
+        r.Ln = Ln;
+    } else if (kind == 2) {
+        UNIFL_WALK(UNIFL_LAYOUT_PRIV_KEY)
+        r.L2 = L2;
+        r.Ln = Ln;
+        r.Lp = p.L;
+        r.Lq = q.L;
+        r.Lp2 = p2.L;
+        r.Lq2 = q2.L;
+        r.Kp = Kp;
+        r.Kq = Kq;
+        r.Kpq = Kpq;
+    } else if (kind == 3) {
+        UNIFL_WALK(UNIFL_LAYOUT_OWNER_KEY)
+        r.L2 = n2.L;
+        r.Ln = Ln;
+        r.Lp = Lp;
+        r.Lq = Lq;
+        r.Lp2 = p2.L;
+        r.Lq2 = q2.L;
+    } else {
+        bad_arg(fn, "kind", "must be 0 (modulus context), 1 (public), 2 (private) or 3 (owner), got " +
+                                std::to_string(kind));
+    }
+    w.end();
+    return r;
+}
+
+Walked walk(const py::array &k, const char *fn, int kind) {
     Limbs key = arr(k, fn, "key", {kAny});
-    return key.shape(0);
+    return walk_blob(key.data(), key.shape(0), kind, fn);
 }
 
 // A modulus context blob; returns its limb count.
-int check_ctx_blob(const py::array &k, const char *fn) {
-    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
-    const int L = w.ctx("the modulus context");
-    w.end();
-    return L;
-}
+int check_ctx_blob(const py::array &k, const char *fn) { return (int)walk(k, fn, 0).L; }
 
 void check_pub_blob(const py::array &k, const char *fn) {
-    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
-    const int L2 = w.ctx("n²'s context");
-    const int Ln = (int)w.word(1, unifl_gpu::MAX_BLOB_LIMBS, "Ln");
-    w.skip(Ln, "n");
-    w.end();
-    if (L2 != 2 * Ln && L2 != 2 * Ln - 1) bad_arg(fn, "key", "has n and n² of inconsistent sizes");
+    const Walked s = walk(k, fn, 1);
+    if (s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1) bad_arg(fn, "key", "has n and n² of inconsistent sizes");
 }
 
 void check_priv_blob(const py::array &k, const char *fn) {
-    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
-    const long long M = unifl_gpu::MAX_BLOB_LIMBS;
-    const int Lp2 = w.ctx("p²'s context"), Lq2 = w.ctx("q²'s context");
-    const int Lp = w.ctx("p's context"), Lq = w.ctx("q's context");
-    const int L2 = (int)w.word(1, M, "L2");
-    const int Kp = (int)w.word(1, M, "Kp");
-    w.skip((long long)Kp * Lp2, "Wp");
-    const int Kq = (int)w.word(1, M, "Kq");
-    w.skip((long long)Kq * Lq2, "Wq");
-    w.skip((long long)w.word(1, M, "Lep"), "p − 1");
-    w.skip((long long)w.word(1, M, "Leq"), "q − 1");
-    w.skip(2LL * (Lp + Lq), "the division and h constants");
-    const int Kpq = (int)w.word(1, M, "Kpq");
-    w.skip((long long)Kpq * Lp, "Wpq");
-    w.skip((long long)Lp + Lq, "q^-1 mod p and q");
-    const int Ln = (int)w.word(1, M, "Ln");
-    w.end();
+    const Walked s = walk(k, fn, 2);
     // the bodies' local arrays hold max(Lp2, Lq2, Ln) limbs, the exactness check 2·Ls of them, and
     // the wide reductions read K chunks of the ciphertext
-    if ((Lp2 != 2 * Lp && Lp2 != 2 * Lp - 1) || (Lq2 != 2 * Lq && Lq2 != 2 * Lq - 1) ||
-        Kp * Lp2 < L2 || Kq * Lq2 < L2 || Kpq * Lp < Lq || (L2 != 2 * Ln && L2 != 2 * Ln - 1))
+    if ((s.Lp2 != 2 * s.Lp && s.Lp2 != 2 * s.Lp - 1) || (s.Lq2 != 2 * s.Lq && s.Lq2 != 2 * s.Lq - 1) ||
+        s.Kp * s.Lp2 < s.L2 || s.Kq * s.Lq2 < s.L2 || s.Kpq * s.Lp < s.Lq || (s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1))
         bad_arg(fn, "key", "has inconsistent sizes");
 }
 
-// The key-owner blob: [ctx n²][ctx p²][ctx q²][Ln, n][Lp, p][Lq, q][(p²)^-1·Rq2 (Lq2)][R³ (L2)].
 void check_owner_blob(const py::array &k, const char *fn) {
-    BlobWalk w{(const u64 *)k.data(), key_len(k, fn), 0, fn};
-    const long long M = unifl_gpu::MAX_BLOB_LIMBS;
-    const int L2 = w.ctx("n²'s context"), Lp2 = w.ctx("p²'s context"), Lq2 = w.ctx("q²'s context");
-    const int Ln = (int)w.word(1, M, "Ln");
-    w.skip(Ln, "n");
-    const int Lp = (int)w.word(1, M, "Lp");
-    w.skip(Lp, "p");
-    const int Lq = (int)w.word(1, M, "Lq");
-    w.skip(Lq, "q");
-    w.skip(Lq2, "(p²)^-1 mod q²");
-    w.skip(L2, "R³ mod n²");
-    w.end();
+    const Walked s = walk(k, fn, 3);
     // the body holds p² and q² numbers in arrays of their class and n²-size ones in twice that;
     // p² <= q² lets x_p stand as a residue mod q²; n² (< p²·q²) fits Lp2 + Lq2 limbs
-    if ((L2 != 2 * Ln && L2 != 2 * Ln - 1) || Lp > Lp2 || Lq > Lq2 || Lp2 > Lq2 || L2 > Lp2 + Lq2 ||
-        !unifl_gpu::owner_lmax((const u64 *)k.data()))
+    if ((s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1) || s.Lp > s.Lp2 || s.Lq > s.Lq2 || s.Lp2 > s.Lq2 ||
+        s.L2 > s.Lp2 + s.Lq2 || !unifl_gpu::owner_lmax((const u64 *)k.data()))
         bad_arg(fn, "key", "has inconsistent sizes");
+}
+
+// (name, offset, words) of every field of a blob as the C++ tables walk it (tests/test_gpu_key_layout.py
+// compares it with keys.py's reading of the same file)
+py::list blob_fields(py::array key_, int kind) {
+    Limbs key = arr(key_, "blob_fields", "key", {kAny});
+    std::vector<std::tuple<std::string, long long, long long>> fields;
+    walk_blob(key.data(), key.shape(0), kind, "blob_fields", &fields);
+    py::list out;
+    for (const auto &f : fields) out.append(py::make_tuple(std::get<0>(f), std::get<1>(f), std::get<2>(f)));
+    return out;
 }
 
 u64 *mut(Limbs &a) { return a.mutable_data(); }
@@ -249,7 +304,17 @@ Limbs mul(py::array key_, py::array a_, py::array b_, int mode, bool soa, int th
     return out;
 }
 
-Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads, bool group) {
+// the cooperative bodies' window (3, 4 or 5 bits) and shape (wide: twice the threads per instance)
+void check_tuning(int window, bool wide, bool group, const char *fn) {
+    if (window < unifl_gpu::coop::kMinWindow || window > unifl_gpu::coop::kMaxWindow)
+        bad_arg(fn, "window", "must be 3, 4 or 5, got " + std::to_string(window));
+    if (wide && !group) bad_arg(fn, "wide", "is a shape of the cooperative (group) bodies only");
+}
+
+Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads, bool group,
+            int window, bool wide, bool converged) {
+    check_tuning(window, wide, group, "exp");
+    if (converged && !group) bad_arg("exp", "converged", "is a policy of the cooperative (group) bodies only");
     const int L = check_ctx_blob(key_, "exp");
     Limbs key = arr(key_, "exp", "key", {kAny});
     const u64 *kb = key.data();
@@ -265,21 +330,39 @@ Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa
         Batch X(ro(base), n, L, soa), O(mut(out), n, L, soa);
         const u64 *e = exps.data();
         const int lm = unifl_gpu::ctx_lmax(kb);
-        need(group ? UNIFL_WITH_SHAPE(lm, run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                         unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared,
-                                                             mode);
-                     }))
-                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
-                         unifl_gpu::body_exp<LM>(i, kb, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
-                     })),
-             "modulus wider than 8192 bits");
+        // converged: the device's converged-warp path (every group runs the longest digit schedule
+        // of its warp and multiplies at every digit), with the whole call standing in for a warp
+        if (converged) {
+            int most = 0;
+            for (long long i = 0; i < (shared ? 1 : n); ++i)
+                most = std::max(most, unifl_gpu::coop::exp_digits(e + i * Le, Le, window));
+            unifl_gpu::coop::host_warp_digits() = most;
+        }
+        auto body = [&](auto tpi, auto lpt) {
+            constexpr int TPI = decltype(tpi)::value, LPT = decltype(lpt)::value;
+            run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
+                if (converged)
+                    unifl_gpu::coop::gbody_exp<unifl_gpu::coop::HostLanes<TPI, true>, LPT>(
+                        i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
+                else
+                    unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le,
+                                                        shared, mode);
+            }, window);
+        };
+        need(wide ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
+             : group ? UNIFL_WITH_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
+                     : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
+                           unifl_gpu::body_exp<LM>(i, kb, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
+                       })),
+             wide ? "no wide shape for this modulus size" : "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
     return out;
 }
 
 Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int threads, bool group,
-                long long chunk) {
+                long long chunk, int window) {
+    check_tuning(window, false, group, "multi_exp");
     const int L = check_ctx_blob(key_, "multi_exp");
     Limbs key = arr(key_, "multi_exp", "key", {kAny});
     const u64 *kb = key.data();
@@ -301,9 +384,9 @@ Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int
             Batch B(ro(bases), N, L, soa), O(mut(out), K, L, soa);
             const u64 *e = exps.data();
             need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb), run_groups<TPI, LPT>(K * P, threads, [&](long long i, u32 *tab) {
-                     unifl_gpu::coop::gbody_multi_exp<HL, LPT>(i, kb, tab, O.ptr, O.lay, B.ptr, B.lay, e, Le, N, P,
-                                                               chunk, partials.data(), counters.data());
-                 })),
+                     unifl_gpu::coop::gbody_multi_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, B.ptr, B.lay, e, Le,
+                                                               N, P, chunk, partials.data(), counters.data());
+                 }, window)),
                  "modulus wider than 8192 bits");
             O.copy_out(mut(out));
             return out;
@@ -333,7 +416,9 @@ Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int
     return out;
 }
 
-Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads, bool group) {
+Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads, bool group, int window,
+                       bool wide) {
+    check_tuning(window, wide, group, "paillier_encrypt");
     check_pub_blob(pub_, "paillier_encrypt");
     Limbs pub = arr(pub_, "paillier_encrypt", "key", {kAny});
     const u64 *kb = pub.data();
@@ -346,22 +431,28 @@ Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), R(ro(r), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
         const int lm = unifl_gpu::pub_lmax(kb);
-        need(group ? UNIFL_WITH_SHAPE(lm, run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                         unifl_gpu::coop::gbody_paillier_encrypt<HL, LPT>(i, kb, tab, O.ptr, O.lay, M.ptr, M.lay,
-                                                                          R.ptr, R.lay);
-                     }))
-                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
-                         unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
-                     })),
-             "modulus wider than 8192 bits");
+        auto body = [&](auto tpi, auto lpt) {
+            constexpr int TPI = decltype(tpi)::value, LPT = decltype(lpt)::value;
+            run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
+                unifl_gpu::coop::gbody_paillier_encrypt<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, M.ptr, M.lay,
+                                                                 R.ptr, R.lay);
+            }, window);
+        };
+        need(wide ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
+             : group ? UNIFL_WITH_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
+                     : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
+                           unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
+                       })),
+             wide ? "no wide shape for this modulus size" : "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
     return out;
 }
 
 Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::array yq_, bool soa,
-                             int threads, bool group) {
+                             int threads, bool group, int window) {
     const char *fn = "paillier_encrypt_owner";
+    check_tuning(window, false, group, fn);
     check_owner_blob(owner_, fn);
     Limbs owner = arr(owner_, fn, "key", {kAny});
     const u64 *kb = owner.data();
@@ -378,8 +469,9 @@ Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::
         need(group ? UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
                                       run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
                                           unifl_gpu::coop::gbody_paillier_encrypt_owner<HL, LPT>(
-                                              i, kb, tab, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay, Q.ptr, Q.lay);
-                                      }))
+                                              i, kb, tab, window, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay, Q.ptr,
+                                              Q.lay);
+                                      }, window))
                    : UNIFL_WITH_LMAX(unifl_gpu::owner_lmax(kb), parallel_for(n, threads, [&](long long i) {
                          unifl_gpu::body_paillier_encrypt_owner<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay,
                                                                     Q.ptr, Q.lay);
@@ -390,7 +482,8 @@ Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::
     return out;
 }
 
-Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, bool group) {
+Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, bool group, int window) {
+    check_tuning(window, false, group, "paillier_decrypt");
     check_priv_blob(priv_, "paillier_decrypt");
     Limbs priv = arr(priv_, "paillier_decrypt", "key", {kAny});
     const u64 *kb = priv.data();
@@ -403,9 +496,9 @@ Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, boo
         Batch C(ro(c), n, k.L2, soa), O(mut(out), n, k.Ln, soa);
         need(group ? UNIFL_WITH_SHAPE(unifl_gpu::coop::priv_group_lmax(kb),
                                       run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                                          unifl_gpu::coop::gbody_paillier_decrypt<HL, LPT>(i, kb, tab, O.ptr, O.lay,
-                                                                                           C.ptr, C.lay);
-                                      }))
+                                          unifl_gpu::coop::gbody_paillier_decrypt<HL, LPT>(i, kb, tab, window, O.ptr,
+                                                                                           O.lay, C.ptr, C.lay);
+                                      }, window))
                    : UNIFL_WITH_LMAX(unifl_gpu::priv_lmax(kb), parallel_for(n, threads, [&](long long i) {
                          unifl_gpu::body_paillier_decrypt<LM>(i, kb, O.ptr, O.lay, C.ptr, C.lay);
                      })),
@@ -570,19 +663,25 @@ Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py
 PYBIND11_MODULE(_gpu_host, mod) {
     mod.doc() = "UniFL gpu kernel bodies run on the host CPU (verification harness, no GPU)";
     mod.def("lmax_class", [](int L) { return unifl_gpu::lmax_class(L); });
+    mod.def("blob_fields", &blob_fields, py::arg("key"), py::arg("kind"));
     // group=True: the cooperative bodies (kernels_group.cuh), lanes emulated in lockstep
     mod.def("mul", &mul, py::arg("key"), py::arg("a"), py::arg("b"), py::arg("mode"),
             py::arg("soa"), py::arg("threads"), py::arg("group") = false);
+    // window: the cooperative bodies' exponent window (3, 4, 5); wide: their wide shape
+    // converged: the converged-warp policy's exponent schedule (the call standing in for a warp)
     mod.def("exp", &power, py::arg("key"), py::arg("base"), py::arg("exps"), py::arg("mode"),
-            py::arg("soa"), py::arg("threads"), py::arg("group") = false);
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("window") = 4,
+            py::arg("wide") = false, py::arg("converged") = false);
     mod.def("multi_exp", &multi_exp, py::arg("key"), py::arg("bases"), py::arg("exps"),
-            py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("chunk") = 1);
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("chunk") = 1,
+            py::arg("window") = 4);
     mod.def("paillier_encrypt", &paillier_encrypt, py::arg("pub"), py::arg("m"), py::arg("r"),
-            py::arg("soa"), py::arg("threads"), py::arg("group") = false);
+            py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("window") = 4,
+            py::arg("wide") = false);
     mod.def("paillier_encrypt_owner", &paillier_encrypt_owner, py::arg("owner"), py::arg("m"), py::arg("yp"),
-            py::arg("yq"), py::arg("soa"), py::arg("threads"), py::arg("group") = false);
+            py::arg("yq"), py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("window") = 4);
     mod.def("paillier_decrypt", &paillier_decrypt, py::arg("priv"), py::arg("c"), py::arg("soa"),
-            py::arg("threads"), py::arg("group") = false);
+            py::arg("threads"), py::arg("group") = false, py::arg("window") = 4);
     mod.def("prod_groups", &prod_groups, py::arg("key"), py::arg("a"), py::arg("order"), py::arg("plan"),
             py::arg("num_groups"), py::arg("soa"), py::arg("threads"));
     mod.def("inverse", &inverse, py::arg("key"), py::arg("a"), py::arg("chunk"), py::arg("soa"),

@@ -1,5 +1,5 @@
 // UniFL gpu backend: the kernel bodies.  Each is a __host__ __device__ function of (instance index,
-// pointers, sizes); the __global__ wrappers in gpu_runtime.cu only stage the key in shared memory,
+// pointers, sizes); the __global__ wrappers in kernels.cu only stage the key in shared memory,
 // compute the index and call the body, and the host harness (gpu_host.cpp, built by g++) calls the
 // same bodies for every index on the CPU.
 //
@@ -9,17 +9,8 @@
 // host layout is element-major (se = L, sl = 1).  The host harness runs both.
 //
 // Key blobs.  Per-modulus / per-key constants travel as one uint64 array, uploaded once per key and
-// copied into shared memory by each block (UniFL Alg. 4 lines 5-9).  Layouts (all little-endian
-// limbs; Python side: unifl/backends/gpu/keys.py builds them):
-//   ModCtx   [n0inv, L, m(L), R mod m (L), R² mod m (L)]
-//   PubKey   [ModCtx of n²][Ln, n (Ln)]
-//   PrivKey  [ModCtx p²][ModCtx q²][ModCtx p][ModCtx q][L2]
-//            [Kp, Wp (Kp·Lp2)][Kq, Wq (Kq·Lq2)][Lep, p−1 (Lep)][Leq, q−1 (Leq)]
-//            [p^-1 mod 2^(64·Lp) (Lp)][q^-1 mod 2^(64·Lq) (Lq)][h_p·Rp² mod p (Lp)][h_q·Rq mod q (Lq)]
-//            [Kpq, Wpq (Kpq·Lp)][q^-1 mod p (Lp)][q (Lq)][Ln]
-//   with Wp_j = Rp2^(j+2)·R_{n²}^-1 mod p² (leaves n²'s domain, enters p²'s), Wpq_j = Rp^(j+2) mod p.
-//   OwnerKey [ModCtx n²][ModCtx p²][ModCtx q²][Ln, n (Ln)][Lp, p (Lp)][Lq, q (Lq)]
-//            [(p²)^-1·Rq2 mod q² (Lq2)][R³ mod n² (L2)]     (key-owner encryption, p < q)
+// copied into shared memory by each block (UniFL Alg. 4 lines 5-9).  Their layouts are defined once,
+// in key_layout.h; the structs and parsers below are expanded from those tables.
 //
 // Size classes.  LMAX (array capacity) is a template parameter instantiated for 16, 32, 48, 64, 96
 // and 128 limbs; a modulus of L limbs runs in the smallest class >= L (any 64..8192-bit modulus).
@@ -27,6 +18,7 @@
 #pragma once
 
 #include "bn_core.cuh"
+#include "key_layout.h"
 
 namespace unifl_gpu {
 
@@ -44,98 +36,60 @@ UNIFL_HD void store(u64 *dst, const u64 *src, const Lay &y, long long i, int L) 
 }
 
 // ------------------------------------------------------------------------------------ key blobs
-UNIFL_HD ModCtx parse_ctx(const u64 *&p) {
+// The key structs (a ModCtx per CTX field, an int per WORD, a pointer into the blob per LIMBS) and
+// their parsers, expanded from the tables of key_layout.h.  A parser walks the blob with `at`; each
+// CTX and WORD field is also a local of its name, so the tables' counts (`Kp * p2.L`) read as C++.
+#define UNIFL_KEY_FIELD_CTX(name) ModCtx name;
+#define UNIFL_KEY_FIELD_WORD(name) int name;
+#define UNIFL_KEY_FIELD_VALUE(name) u64 name;
+#define UNIFL_KEY_FIELD_LIMBS(name, count) const u64 *name;
+#define UNIFL_KEY_FIELDS(table) table(UNIFL_KEY_FIELD_CTX, UNIFL_KEY_FIELD_WORD, UNIFL_KEY_FIELD_VALUE, UNIFL_KEY_FIELD_LIMBS)
+
+#define UNIFL_KEY_PARSE_CTX(name)  \
+    k.name = parse_ctx(at);        \
+    const ModCtx &name = k.name;   \
+    (void)name;
+#define UNIFL_KEY_PARSE_WORD(name)             \
+    k.name = (int)*at++;                       \
+    const long long name = (long long)k.name;  \
+    (void)name;
+#define UNIFL_KEY_PARSE_VALUE(name) k.name = *at++;
+#define UNIFL_KEY_PARSE_LIMBS(name, count) \
+    k.name = at;                           \
+    at += (long long)(count);
+#define UNIFL_KEY_PARSE(table) table(UNIFL_KEY_PARSE_CTX, UNIFL_KEY_PARSE_WORD, UNIFL_KEY_PARSE_VALUE, UNIFL_KEY_PARSE_LIMBS)
+
+// a modulus context (ModCtx, bn_core.cuh); `at` moves past it
+UNIFL_HD ModCtx parse_ctx(const u64 *&at) {
     ModCtx k;
-    k.n0inv = p[0];
-    k.L = (int)p[1];
-    k.m = p + 2;
-    k.r1 = p + 2 + k.L;
-    k.r2 = p + 2 + 2 * k.L;
-    p += 2 + 3 * k.L;
+    UNIFL_KEY_PARSE(UNIFL_LAYOUT_MOD_CTX)
     return k;
 }
 
 struct PubKey {
-    ModCtx n2;
-    int Ln;
-    const u64 *n;
+    UNIFL_KEY_FIELDS(UNIFL_LAYOUT_PUB_KEY)
 };
-
-UNIFL_HD PubKey parse_pub(const u64 *p) {
+UNIFL_HD PubKey parse_pub(const u64 *at) {
     PubKey k;
-    k.n2 = parse_ctx(p);
-    k.Ln = (int)p[0];
-    k.n = p + 1;
+    UNIFL_KEY_PARSE(UNIFL_LAYOUT_PUB_KEY)
     return k;
 }
 
 struct PrivKey {
-    ModCtx p2, q2, p, q;
-    int L2, Kp, Kq, Lep, Leq, Kpq, Ln;
-    const u64 *Wp, *Wq, *pm1, *qm1, *pinv, *qinv_w, *hpR2, *hqR, *Wpq, *qinv_p, *qv;
+    UNIFL_KEY_FIELDS(UNIFL_LAYOUT_PRIV_KEY)
 };
-
-UNIFL_HD PrivKey parse_priv(const u64 *p) {
+UNIFL_HD PrivKey parse_priv(const u64 *at) {
     PrivKey k;
-    k.p2 = parse_ctx(p);
-    k.q2 = parse_ctx(p);
-    k.p = parse_ctx(p);
-    k.q = parse_ctx(p);
-    k.L2 = (int)*p++;
-    k.Kp = (int)*p++;
-    k.Wp = p;
-    p += (long long)k.Kp * k.p2.L;
-    k.Kq = (int)*p++;
-    k.Wq = p;
-    p += (long long)k.Kq * k.q2.L;
-    k.Lep = (int)*p++;
-    k.pm1 = p;
-    p += k.Lep;
-    k.Leq = (int)*p++;
-    k.qm1 = p;
-    p += k.Leq;
-    k.pinv = p;
-    p += k.p.L;
-    k.qinv_w = p;
-    p += k.q.L;
-    k.hpR2 = p;
-    p += k.p.L;
-    k.hqR = p;
-    p += k.q.L;
-    k.Kpq = (int)*p++;
-    k.Wpq = p;
-    p += (long long)k.Kpq * k.p.L;
-    k.qinv_p = p;
-    p += k.p.L;
-    k.qv = p;
-    p += k.q.L;
-    k.Ln = (int)*p++;
+    UNIFL_KEY_PARSE(UNIFL_LAYOUT_PRIV_KEY)
     return k;
 }
 
 struct OwnerKey {
-    ModCtx n2, p2, q2;
-    int Ln, Lp, Lq;
-    const u64 *n, *p, *q, *psqinv, *r3;
+    UNIFL_KEY_FIELDS(UNIFL_LAYOUT_OWNER_KEY)
 };
-
-UNIFL_HD OwnerKey parse_owner(const u64 *p) {
+UNIFL_HD OwnerKey parse_owner(const u64 *at) {
     OwnerKey k;
-    k.n2 = parse_ctx(p);
-    k.p2 = parse_ctx(p);
-    k.q2 = parse_ctx(p);
-    k.Ln = (int)*p++;
-    k.n = p;
-    p += k.Ln;
-    k.Lp = (int)*p++;
-    k.p = p;
-    p += k.Lp;
-    k.Lq = (int)*p++;
-    k.q = p;
-    p += k.Lq;
-    k.psqinv = p;
-    p += k.q2.L;
-    k.r3 = p;
+    UNIFL_KEY_PARSE(UNIFL_LAYOUT_OWNER_KEY)
     return k;
 }
 

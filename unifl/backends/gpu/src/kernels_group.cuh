@@ -1,6 +1,6 @@
 // UniFL gpu backend: the cooperative kernel bodies (one instance per group of TPI threads, numbers
 // in registers; arithmetic in bn_group.cuh).  Each body is a template over the lane policy G and
-// the words per lane LPT; the CUDA wrappers (gpu_runtime.cu) instantiate it with WarpLanes, the
+// the words per lane LPT; the CUDA wrappers (kernels.cu) instantiate it with WarpLanes, the
 // host harness (gpu_host.cpp) with HostLanes, and both call it once per instance index i.
 //
 // Key blobs, layouts and results are those of the one-thread bodies (kernels.cuh): the same ops,
@@ -23,7 +23,7 @@
 namespace unifl_gpu {
 namespace coop {
 
-template <int LMAX>
+template <int LMAX, bool kWide = false>
 struct Shape;
 template <> struct Shape<16> { static constexpr int TPI = 4, LPT = 8; };    // up to 1024 bits
 template <> struct Shape<32> { static constexpr int TPI = 8, LPT = 8; };    // 2048
@@ -31,6 +31,16 @@ template <> struct Shape<48> { static constexpr int TPI = 16, LPT = 6; };   // 3
 template <> struct Shape<64> { static constexpr int TPI = 16, LPT = 8; };   // 4096
 template <> struct Shape<96> { static constexpr int TPI = 32, LPT = 6; };   // 6144
 template <> struct Shape<128> { static constexpr int TPI = 32, LPT = 8; };  // 8192
+// The wide shapes: twice the threads per instance (half the words each, a lower latency per
+// instance) for the batches too small to fill the device; the classes whose TPI is under 32.  The
+// 48-limb class takes the 64-limb class's wide shape (LPT must stay even: whole 64-bit limbs).
+template <> struct Shape<16, true> { static constexpr int TPI = 8, LPT = 4; };
+template <> struct Shape<32, true> { static constexpr int TPI = 16, LPT = 4; };
+template <> struct Shape<48, true> { static constexpr int TPI = 32, LPT = 4; };
+template <> struct Shape<64, true> { static constexpr int TPI = 32, LPT = 4; };
+
+// whether a class has a wide shape
+UNIFL_HD constexpr bool has_wide_shape(int lmax) { return lmax == 16 || lmax == 32 || lmax == 48 || lmax == 64; }
 
 // The class of the CRT bodies for a key with primes of Lp, Lq limbs (0: none fits).
 UNIFL_HD int crt_lmax(int Lp, int Lq) { return lmax_class(4 * (Lp > Lq ? Lp : Lq)); }
@@ -49,19 +59,22 @@ inline int priv_group_lmax(const u64 *blob) {
     return c;
 }
 
+// The context of CRT half s (0: p's, 1: q's), copied: a reference to one of two members picked at
+// run time takes the key struct's address and puts it in local memory (ptxas: a stack frame).
+UNIFL_HD ModCtx either(int s, const ModCtx &p, const ModCtx &q) {
+    ModCtx c;
+    c.m = s ? q.m : p.m;
+    c.r1 = s ? q.r1 : p.r1;
+    c.r2 = s ? q.r2 : p.r2;
+    c.n0inv = s ? q.n0inv : p.n0inv;
+    c.L = s ? q.L : p.L;
+    return c;
+}
+
 // a per-lane value that is 1 on the group's lane 0, else 0 (adds 1 to a number through add_in)
 template <class G>
 UNIFL_HD typename G::D one_at_lane0() {
     return widen(sel(G::lane() == 0u, typename G::W(1u), typename G::W(0u)));
-}
-
-// w bits of a (La limbs) from bit `pos` (uniform)
-UNIFL_HD unsigned bits_at(const u64 *a, int La, int pos, int w) {
-    const int l = pos / 64, s = pos % 64;
-    if (l >= La) return 0;
-    u64 v = a[l] >> s;
-    if (s + w > 64 && l + 1 < La) v |= a[l + 1] << (64 - s);
-    return (unsigned)(v & ((1ull << w) - 1));
 }
 
 // ------------------------------------------------------------------------------ base ops
@@ -74,14 +87,18 @@ UNIFL_HD void gbody_mul(long long i, const u64 *key, u64 *out, Lay lo, const u64
     Num<G, LPT> x, y;
     load<G, LPT>(x, a, la, i, k.L);
     load<G, LPT>(y, b, lb, i, k.L);
-    mont_mul<G, LPT>(x, x, y, md);
-    if (mode == kModMul) to_mont<G, LPT>(x, x, md);
+    // ModMul is a MontMult by b, then one by R² (to_mont): one copy of the MontMult code, run once
+    // or twice
+    for (int pass = 0; pass < (mode == kModMul ? 2 : 1); ++pass) {
+        if (pass) load_const<G, LPT>(y, k.r2, k.L);
+        mont_mul<G, LPT>(x, x, y, md);
+    }
     store<G, LPT>(out, lo, i, k.L, x);
 }
 
 template <class G, int LPT>
-UNIFL_HD void gbody_exp(long long i, const u64 *key, u32 *tab, u64 *out, Lay lo, const u64 *base, Lay lb,
-                        const u64 *exps, int Le, int e_shared, int mode) {
+UNIFL_HD void gbody_exp(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lo, const u64 *base,
+                        Lay lb, const u64 *exps, int Le, int e_shared, int mode) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     const Mod<G, LPT> md = make_mod<G, LPT>(k);
@@ -89,7 +106,11 @@ UNIFL_HD void gbody_exp(long long i, const u64 *key, u32 *tab, u64 *out, Lay lo,
     load<G, LPT>(x, base, lb, i, k.L);
     if (mode == kModExp) to_mont<G, LPT>(x, x, md);
     const u64 *e = exps + (e_shared ? 0 : i * (long long)Le);
-    mont_exp<G, LPT>(x, x, e, Le, exp_digits(e, Le), false, md, tab);
+    // one exponent per instance and a converged warp: every group runs the warp's longest digit
+    // schedule and multiplies at every digit, so no group branches apart from the others
+    const bool per_instance = G::kConverged && !e_shared;
+    const int nd = per_instance ? G::warp_max(exp_digits(e, Le, win)) : exp_digits(e, Le, win);
+    mont_exp<G, LPT>(x, x, e, Le, nd, per_instance, md, tab, win);
     if (mode == kModExp) from_mont<G, LPT>(x, x, md);
     store<G, LPT>(out, lo, i, k.L, x);
 }
@@ -143,14 +164,14 @@ UNIFL_HD void owner_finish(long long i, const OwnerKey &k, const Num<G, LPT> &xh
 // ------------------------------------------------------------------------------ Paillier
 // c̄_i = (1 + m_i·n)·r_i^n·R mod n²  (UniFL Alg. 4)
 template <class G, int LPT>
-UNIFL_HD void gbody_paillier_encrypt(long long i, const u64 *key, u32 *tab, u64 *out, Lay lay_2, const u64 *m,
-                                     Lay lay_m, const u64 *r, Lay lay_r) {
+UNIFL_HD void gbody_paillier_encrypt(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lay_2,
+                                     const u64 *m, Lay lay_m, const u64 *r, Lay lay_r) {
     const PubKey k = parse_pub(key);
     const Mod<G, LPT> n2 = make_mod<G, LPT>(k.n2);
     Num<G, LPT> v, g;
     load<G, LPT>(v, r, lay_r, i, k.Ln);
     to_mont<G, LPT>(v, v, n2);
-    mont_exp<G, LPT>(v, v, k.n, k.Ln, exp_digits(k.n, k.Ln), false, n2, tab);  // r^n·R
+    mont_exp<G, LPT>(v, v, k.n, k.Ln, exp_digits(k.n, k.Ln, win), false, n2, tab, win);  // r^n·R
     paillier_g<G, LPT>(g, m, lay_m, i, k.n, k.Ln, n2);
     mont_mul<G, LPT>(g, g, v, n2);
     store<G, LPT>(out, lay_2, i, k.n2.L, g);
@@ -159,23 +180,23 @@ UNIFL_HD void gbody_paillier_encrypt(long long i, const u64 *key, u32 *tab, u64 
 // Key-owner encryption with the CRT: the half groups raise y_p^p mod p² and y_q^q mod q² in step
 // (same digit count, every digit multiplies), then owner_finish.
 template <class G, int LPT>
-UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab, u64 *out, Lay lay_2,
+UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lay_2,
                                            const u64 *m, Lay lay_m, const u64 *yp, Lay lay_p, const u64 *yq,
                                            Lay lay_q) {
     typedef typename G::Half H;
     const OwnerKey k = parse_owner(key);
-    const int ndp = exp_digits(k.p, k.Lp), ndq = exp_digits(k.q, k.Lq);
+    const int ndp = exp_digits(k.p, k.Lp, win), ndq = exp_digits(k.q, k.Lq, win);
     const int nd = ndp > ndq ? ndp : ndq;
     Num<G, LPT> xh;
     G::halves([&](H, int s) {
-        const Mod<H, LPT> md = make_mod<H, LPT>(s ? k.q2 : k.p2);
+        const Mod<H, LPT> md = make_mod<H, LPT>(either(s, k.p2, k.q2));
         Num<H, LPT> x;
         if (s)
             load<H, LPT>(x, yq, lay_q, i, k.Lq);
         else
             load<H, LPT>(x, yp, lay_p, i, k.Lp);
         to_mont<H, LPT>(x, x, md);
-        mont_exp<H, LPT>(x, x, s ? k.q : k.p, s ? k.Lq : k.Lp, nd, true, md, tab + s * table_words<H, LPT>());
+        mont_exp<H, LPT>(x, x, s ? k.q : k.p, s ? k.Lq : k.Lp, nd, true, md, tab + s * table_words<H, LPT>(win), win);
         from_mont<H, LPT>(x, x, md);
         from_half<G, LPT>(xh, x, s);
     });
@@ -186,16 +207,16 @@ UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab
 // s² by a wide reduction over chunks of c, x = c^(s−1) mod s², the exactness check of (x − 1)/s
 // as y = (x − 1)·s^-1 mod 2^(64·Ls) with y·s == x − 1, and y·h_s; then the full group joins them.
 template <class G, int LPT>
-UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, u64 *out, Lay lay_n, const u64 *c,
-                                     Lay lay_2) {
+UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lay_n,
+                                     const u64 *c, Lay lay_2) {
     typedef typename G::Half H;
     constexpr int half = G::TPI / 2;
     const PrivKey k = parse_priv(key);
-    const int ndp = exp_digits(k.pm1, k.Lep), ndq = exp_digits(k.qm1, k.Leq);
+    const int ndp = exp_digits(k.pm1, k.Lep, win), ndq = exp_digits(k.qm1, k.Leq, win);
     const int nd = ndp > ndq ? ndp : ndq;
     Num<G, LPT> res, unit;
     G::halves([&](H, int s) {
-        const ModCtx &sqc = s ? k.q2 : k.p2, &sc = s ? k.q : k.p;
+        const ModCtx sqc = either(s, k.p2, k.q2), sc = either(s, k.p, k.q);
         const Mod<H, LPT> msq = make_mod<H, LPT>(sqc);
         const int K = s ? k.Kq : k.Kp;
         const u64 *Wc = s ? k.Wq : k.Wp;
@@ -209,7 +230,7 @@ UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, u64 
             mod_add<H, LPT>(x, x, ch, msq);
         }
         mont_exp<H, LPT>(x, x, s ? k.qm1 : k.pm1, s ? k.Leq : k.Lep, nd, true, msq,
-                         tab + s * table_words<H, LPT>());
+                         tab + s * table_words<H, LPT>(win), win);
         from_mont<H, LPT>(x, x, msq);  // c^(s−1) mod s², ≡ 1 mod s for a unit
         const bool nonzero = !equal_u32<H, LPT>(x, 0u);
         Num<H, LPT> y, z;
@@ -291,9 +312,9 @@ UNIFL_HD void join_parts(Num<G, LPT> &acc, u64 *out, const Lay &lo, long long ro
 // to arrive multiplies the row's P partials (scratch: K·P rows of L limbs, element-major; counters:
 // K zeros before the launch).  exps: (K, N, Le) element-major.
 template <class G, int LPT>
-UNIFL_HD void gbody_multi_exp(long long inst, const u64 *key, u32 *tab, u64 *out, Lay lo, const u64 *bases,
-                              Lay lb, const u64 *exps, int Le, long long N, long long P, long long chunk,
-                              u64 *scratch, unsigned int *counters) {
+UNIFL_HD void gbody_multi_exp(long long inst, const u64 *key, u32 *tab, int win, u64 *out, Lay lo,
+                              const u64 *bases, Lay lb, const u64 *exps, int Le, long long N, long long P,
+                              long long chunk, u64 *scratch, unsigned int *counters) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     const Mod<G, LPT> md = make_mod<G, LPT>(k);
@@ -304,7 +325,7 @@ UNIFL_HD void gbody_multi_exp(long long inst, const u64 *key, u32 *tab, u64 *out
     for (long long col = c0; col < c1; ++col) {
         load<G, LPT>(x, bases, lb, col, k.L);
         const u64 *e = exps + (row * N + col) * Le;
-        mont_exp<G, LPT>(x, x, e, Le, exp_digits(e, Le), false, md, tab);
+        mont_exp<G, LPT>(x, x, e, Le, exp_digits(e, Le, win), false, md, tab, win);
         mont_mul<G, LPT>(acc, acc, x, md);
     }
     join_parts<G, LPT>(acc, out, lo, row, scratch, inst, row * P, P, counters + row, md);
@@ -460,7 +481,7 @@ UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp,
     const OwnerKey k = parse_owner(key);
     Num<G, LPT> xh;
     G::halves([&](H, int s) {
-        const Mod<H, LPT> md = make_mod<H, LPT>(s ? k.q2 : k.p2);
+        const Mod<H, LPT> md = make_mod<H, LPT>(either(s, k.p2, k.q2));
         Num<H, LPT> x;
         comb_power<H, LPT>(x, s ? tq : tp, w, nwin, a + i * (long long)La, La, md);
         from_mont<H, LPT>(x, x, md);
@@ -469,24 +490,40 @@ UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp,
     owner_finish<G, LPT>(i, k, xh, out, lay_2, m, lay_m);
 }
 
-// Calls `body` with compile-time LM (the class) and its shape; false if the class is none.
-#define UNIFL_WITH_SHAPE(lmax, ...)                                                                      \
-    [&]() -> bool {                                                                                      \
-        switch (lmax) {                                                                                  \
-            case 16: { constexpr int LM = 16; constexpr int TPI = unifl_gpu::coop::Shape<16>::TPI;                  \
-                       constexpr int LPT = unifl_gpu::coop::Shape<16>::LPT; (void)LM; (void)TPI; (void)LPT; __VA_ARGS__; return true; }             \
-            case 32: { constexpr int LM = 32; constexpr int TPI = unifl_gpu::coop::Shape<32>::TPI;                  \
-                       constexpr int LPT = unifl_gpu::coop::Shape<32>::LPT; (void)LM; (void)TPI; (void)LPT; __VA_ARGS__; return true; }             \
-            case 48: { constexpr int LM = 48; constexpr int TPI = unifl_gpu::coop::Shape<48>::TPI;                  \
-                       constexpr int LPT = unifl_gpu::coop::Shape<48>::LPT; (void)LM; (void)TPI; (void)LPT; __VA_ARGS__; return true; }             \
-            case 64: { constexpr int LM = 64; constexpr int TPI = unifl_gpu::coop::Shape<64>::TPI;                  \
-                       constexpr int LPT = unifl_gpu::coop::Shape<64>::LPT; (void)LM; (void)TPI; (void)LPT; __VA_ARGS__; return true; }             \
-            case 96: { constexpr int LM = 96; constexpr int TPI = unifl_gpu::coop::Shape<96>::TPI;                  \
-                       constexpr int LPT = unifl_gpu::coop::Shape<96>::LPT; (void)LM; (void)TPI; (void)LPT; __VA_ARGS__; return true; }             \
-            case 128: { constexpr int LM = 128; constexpr int TPI = unifl_gpu::coop::Shape<128>::TPI;               \
-                        constexpr int LPT = unifl_gpu::coop::Shape<128>::LPT; (void)LM; (void)TPI; (void)LPT; __VA_ARGS__; return true; }           \
-            default: return false;                                                                       \
-        }                                                                                                \
+// Calls `body` with compile-time LM (the class) and its shape (TPI, LPT); false if the class is
+// none.  UNIFL_WITH_WIDE_SHAPE: the wide shape, for the classes that have one.
+#define UNIFL_SHAPE_CASE(lm, wide, ...)                                                        \
+    case lm: {                                                                               \
+        constexpr int LM = lm;                                                               \
+        constexpr int TPI = unifl_gpu::coop::Shape<lm, wide>::TPI;                           \
+        constexpr int LPT = unifl_gpu::coop::Shape<lm, wide>::LPT;                           \
+        (void)LM;                                                                            \
+        (void)TPI;                                                                           \
+        (void)LPT;                                                                           \
+        __VA_ARGS__;                                                                         \
+        return true;                                                                         \
+    }
+#define UNIFL_WITH_SHAPE(lmax, ...)                   \
+    [&]() -> bool {                                   \
+        switch (lmax) {                               \
+            UNIFL_SHAPE_CASE(16, false, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(32, false, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(48, false, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(64, false, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(96, false, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(128, false, __VA_ARGS__) \
+            default: return false;                    \
+        }                                             \
+    }()
+#define UNIFL_WITH_WIDE_SHAPE(lmax, ...)             \
+    [&]() -> bool {                                  \
+        switch (lmax) {                              \
+            UNIFL_SHAPE_CASE(16, true, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(32, true, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(48, true, __VA_ARGS__)  \
+            UNIFL_SHAPE_CASE(64, true, __VA_ARGS__)  \
+            default: return false;                   \
+        }                                            \
     }()
 
 }  // namespace coop
