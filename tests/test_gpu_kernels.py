@@ -211,3 +211,16 @@ def test_crt_decrypt_with_unbalanced_primes(kern, cpu):
     cs = pk.raw_encrypt(ms, backend=kern, r_values=rs)
     assert cs == pk.raw_encrypt(ms, backend=cpu, r_values=rs)
     assert sk.raw_decrypt(cs, backend=kern) == ms
+
+
+def test_selection_refuses_moduli_beyond_the_largest_size_class():
+    """The kernels stop at the 8192-bit class: a request for a larger modulus (a Paillier key of
+    4097+ bits has n² above it) is refused when the backend is chosen, naming the limit."""
+    from unifl.backends.gpu import keys
+    from unifl.backends.gpu.kernel_backend import KernelBackend
+    from unifl.core.backend import Request
+    assert KernelBackend.max_modulus_bits == 64 * keys.MAX_LIMBS == 8192
+    be = registry.backend("gpu_host")
+    assert be.supports(Request(modulus_bits=frozenset({8192})))
+    support = be.supports(Request(modulus_bits=frozenset({8200})))
+    assert not support and "8192 bits" in " ".join(support.reasons)

@@ -124,6 +124,9 @@ class KernelBackend(Backend):
                             "paillier_decrypt"})
     engine: Engine
     kernels: str = "group"
+    #: the largest size class the kernels are compiled for (64 * keys.MAX_LIMBS bits): a request
+    #: for more is refused at selection (``supports``), not discovered mid-run
+    max_modulus_bits = 64 * keys.MAX_LIMBS
 
     def own_batch(self, x: Any) -> Limbs:
         """The engine's own (device-resident) batches pass through; anything else becomes a
