@@ -43,7 +43,7 @@ $(FATE_STAMP):
 # 2.13 needs >=4.10, so pip cannot resolve them together (it backtracks into GBs of CUDA wheels before
 # giving up): install both --no-deps, then their own requirements listed here, pinned to what ran
 # (docs/fate-flow-investigation.md), with FATE's pins repeated so nothing they need moves.
-# `fate_flow init` (done by tests/test_fate_flow.py through unifl.fate.flow) binds this venv's
+# `fate_flow init` (done by tests/fate/test_flow.py through unifl.fate.flow) binds this venv's
 # fate_flow to one home: $(FATE_FLOW_HOME), under build/.
 FATE_FLOW_STAMP := $(FATE_VENV)/.fate-flow-installed
 FATE_FLOW_HOME  ?= $(CURDIR)/build/fate-flow/home
@@ -58,11 +58,11 @@ $(FATE_FLOW_STAMP): $(FATE_STAMP)
 	$(FATE_VENV)/bin/python -m pip install -q $(FATE_FLOW_REQS) $(FATE_PINS)
 	touch $(FATE_FLOW_STAMP)
 
-# the kit and FATE's launcher, then real FATE-Flow jobs (tests/test_fate_flow.py: starts a standalone
+# the kit and FATE's launcher, then real FATE-Flow jobs (tests/fate/test_flow.py: starts a standalone
 # server on free ports of 127.0.0.1, home $(FATE_FLOW_HOME), and always stops it)
 test-fate: build $(FATE_STAMP) $(FATE_FLOW_STAMP)
 	PYTHONPATH=$(CURDIR) UNIFL_FATE_FLOW_HOME=$(FATE_FLOW_HOME) $(FATE_VENV)/bin/python -m pytest -q -rs \
-	  -p no:cacheprovider tests/test_fate_kit.py tests/test_fate_launcher.py tests/test_fate_flow.py
+	  -p no:cacheprovider tests/fate/test_kit.py tests/fate/test_jobs.py tests/fate/test_flow.py
 # ------------------------------------------------------------------------------------------------
 
 # compile-time figures of the CUDA kernels, no GPU needed (nvcc, cuobjdump and nvdisasm from

@@ -9,7 +9,7 @@ exponentiation on the device (one launch).  Here the device is PoCL on the host 
 numbers measure the host runtime and the kernel's code on a CPU, not an FPGA; every fpga row says so.
 
 The RTL estimate at the end is *not* a measurement: cycles per MontMult are the interval of
-rtl/unifl_mm_engine.v (tools/fpga/estimate.py; tests/test_fpga_rtl.py checks the formula against
+rtl/unifl_mm_engine.v (tools/fpga/estimate.py; tests/backends/fpga/test_rtl_engine.py checks the formula against
 the cocotb simulation), scaled to the stated clock and the engine count that yosys synthesis of
 the exponentiation unit supports on a VU13P (250 MHz; 297 engines at 1024 and 2048 bits,
 DSP-bound, after a 25 % shell reserve: docs/fpga.md).

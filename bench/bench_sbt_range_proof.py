@@ -4,7 +4,7 @@
         [--data-dir DIR] [--skip-jobs]
 
 A malicious guest reads the host's binned matrix by encrypting chosen values in place of
-[[ĝ + 2^64·ĥ]] (tests/test_attack_sbt_guest.py).  The obvious constraint is a proof, per row and
+[[ĝ + 2^64·ĥ]] (tests/attacks/test_sbt_guest.py).  The obvious constraint is a proof, per row and
 tree, that ĝ ∈ [−2^s, 2^s] and ĥ ∈ [0, 2^(s−2)] (s = scale_bits = 24).  It has to be *tight*: a
 range proof with slack (Paillier sigma protocols in the style of CGGMP's Π^enc) only shows
 |m| < 2^(ℓ+ε) with ε ≈ 2^128-size slack, above the 99-bit histogram cell, so it bounds nothing
@@ -24,7 +24,7 @@ real (an honest proof verifies, a flipped one does not: checked at every run) an
 
 Even tight, the proof would not stop the attack: with every slot in range the same trick reads
 48 rows per histogram, and four trees' root, depth-1 and depth-2 histograms cover breast
-(tests/test_attack_sbt_guest.py::test_in_range_slots_still_read_the_binned_matrix).
+(tests/attacks/test_sbt_guest.py::test_in_range_slots_still_read_the_binned_matrix).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 #      as measured on an H200; `make gpu-baseline` prepares it on any machine with git and nvcc, else it is
 #      taken from git here) -- the two builds run at once;
 #   3. both kernel families of this tree against cpu on the device, the cooperative ones under every
-#      window and shape (the gpu-marked tests of test_gpu_kernels.py: exact results before timing);
+#      window and shape (the gpu-marked tests of tests/backends/gpu/test_thread_kernels.py: exact results before timing);
 #   4. bench/gpu_targets.py for the baseline and for this tree (ModExp-2048; 1024-bit key public,
 #      key-owner and decryption; one call of 32 public encryptions with a 2048-bit key; this tree's
 #      3/4/5-bit windows and normal/wide shapes), then the compact table of both.
@@ -91,7 +91,7 @@ fi
 if [ "$QUICK" = prepare ]; then echo "=== gpu_checks prepare: exit $status"; exit $status; fi
 
 # 3. exact on the device first
-step test_gpu 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/test_gpu_kernels.py
+step test_gpu 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/backends/gpu/test_thread_kernels.py
 
 # 4. the targets, baseline then new, and the table
 Q=(); [ "$QUICK" = quick ] && Q=(--quick)

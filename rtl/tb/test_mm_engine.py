@@ -3,7 +3,7 @@ every result checked bit-exactly against the Python reference ``unifl.core.montg
 (a·b·2^(-64·D) mod m), and the timing measured: latency of a lone MontMult and the initiation
 interval of back-to-back ones.
 
-Driven by tests/test_fpga_rtl.py through cocotb_tools.runner; parameters arrive in the environment:
+Driven by tests/backends/fpga/test_rtl_engine.py through cocotb_tools.runner; parameters arrive in the environment:
 UNIFL_TB_BITS (modulus size), UNIFL_TB_VECTORS (random vectors for the main modulus), UNIFL_TB_MODULI
 (how many of the four moduli: all ones, 2^(bits-1)+1, random, dense low word -- the random one is
 always among them), UNIFL_TB_RESULT (a JSON file the timings are written to), and for a gate-level

@@ -2,7 +2,7 @@
 against gmpy2's ``powmod`` (the arithmetic of the ``cpu`` backend), and the unit's timing
 measured (MontMults the engines start per cycle while jobs stream back to back).
 
-Driven by tests/test_fpga_rtl_modexp.py through cocotb_tools.runner; parameters come from the
+Driven by tests/backends/fpga/test_rtl_modexp.py through cocotb_tools.runner; parameters come from the
 environment (UNIFL_TB_<name>): BITS (modulus size), EBITS (exponent bits of the MODEXP jobs; 0 =
 the modulus size), EDGE (0: no edge jobs), JOBS (random MODEXP jobs per key context), ENC_BITS (bits of the n of the
 Paillier encryptions; 0 = none), STEADY (jobs of the equal-job stream that measures the rate),

@@ -7,7 +7,7 @@ valid and ready both high.  Signals are sampled at falling edges (stable until t
 edge) and driven right after rising edges, so a sample with both high is a transfer at the next
 rising edge; cycle numbers below count falling edges.
 
-Driven by tests/test_fpga_rtl_intel.py; parameters in the environment:
+Driven by tests/backends/fpga/test_rtl_intel.py; parameters in the environment:
 UNIFL_TB_N (engines), UNIFL_TB_FIXED (1 = fixed-latency variant), UNIFL_TB_VECTORS (random vectors
 for the main modulus), UNIFL_TB_RESULT (a JSON file each test merges its measurements into).
 Every result is checked bit-exactly against unifl.core.montgomery.mont_mul_ref; vectors come from

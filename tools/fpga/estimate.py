@@ -3,10 +3,10 @@
 Inputs, each from something that ran here:
 
 * cycles per MontMult: the engine's initiation interval, (D-1)·max(D, PQ) + max(D, 2·LQ+1)
-  (:func:`interval_cycles`; ``tests/test_fpga_rtl.py`` checks it against the cocotb simulation of
+  (:func:`interval_cycles`; ``tests/backends/fpga/test_rtl_engine.py`` checks it against the cocotb simulation of
   ``rtl/unifl_mm_engine.v``: 271 cycles at 1024 bits, 1,024 at 2048, 4,096 at 4096);
 * MontMults per operation: the unit's fixed schedule (:func:`job_montmults`: entry, table,
-  K squarings and one product per window, exit; ``tests/test_fpga_rtl_modexp.py`` checks it
+  K squarings and one product per window, exit; ``tests/backends/fpga/test_rtl_modexp.py`` checks it
   against the MontMults the simulated unit issues), and the measured fact that with two
   exponentiations per engine the engine starts one every interval;
 * resources per engine: yosys synthesis of ``unifl_modexp`` with one engine -- the engine plus the
@@ -68,7 +68,7 @@ PUBLISHED: dict[str, dict[int, dict[str, int | None]]] = {
                                2048: {"enc": 6_033, "dec": 19_373}},
     "UniFL (D5005)": {1024: {"enc": 1_488, "dec": None}}}
 #: per-engine figures of unifl_modexp with one engine and two key contexts (yosys 0.23, pinned by
-#: tests/test_fpga_synth.py; `python -m tools.fpga.synth --design unit` reproduces them), used
+#: tests/tools/test_fpga_synth.py; `python -m tools.fpga.synth --design unit` reproduces them), used
 #: without --synth
 PINNED: dict[tuple[str, int], dict[str, float]] = {
     ("xcup", 1024): {"dsp": 31, "lut_sites": 2973, "ff": 5015, "bram": 2, "mhz_walk": 247},

@@ -8,7 +8,7 @@ Run (in the FATE venv)::
         --data_dir /tmp/fate-standalone
 
 The guest writes ``{"algo", "kind", "backends", "auc", "fit_seconds", ...}`` to ``--out``.  Used by
-tests/test_fate_launcher.py and by ``unifl bench --suite e2e``.  Initial weights are zeros and the
+tests/fate/test_jobs.py and by ``unifl bench --suite e2e``.  Initial weights are zeros and the
 trees deterministic, so two runs differing only in the PHE kind must reach the same AUC.
 """
 

@@ -36,7 +36,7 @@ class HostGuard:
     encrypted.  A guest that encrypts chosen values (2^k for row k) in place of its gradients
     reads the bins of ``cell_bits`` − 1 rows per histogram, and so the whole binned training
     matrix over a few trees -- inherent without a proof that the inputs are the gradients
-    (docs/app.md, *SecureBoost*; tests/test_attack_sbt_guest.py).
+    (docs/app.md, *SecureBoost*; tests/attacks/test_sbt_guest.py).
     """
 
     LEVEL_FIELDS = frozenset({"tree", "depth", "active", "nodes", "want"})

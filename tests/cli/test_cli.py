@@ -1,0 +1,36 @@
+"""Smoke tests of the command line (devices, check, bench) so they cannot rot; the demo and run
+commands are tested in tests/cli/test_demo.py."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from unifl.cli import app
+
+runner = CliRunner()
+
+
+def test_devices_lists_every_backend():
+    res = runner.invoke(app, ["devices"])
+    assert res.exit_code == 0, res.output
+    assert "cpu" in res.output and "native" in res.output
+
+
+def test_check_runs_every_backend():
+    res = runner.invoke(app, ["check", "--key-bits", "1024", "--size", "8"])
+    assert res.exit_code == 0, res.output
+    assert "all backends agree" in res.output
+
+
+def test_bench_writes_json_and_plot(tmp_path):
+    res = runner.invoke(app, ["bench", "--quick", "--suite", "table2", "--backend", "native",
+                              "--min-time", "0.01", "--repeats", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    js = list(tmp_path.glob("*.json"))
+    assert len(js) == 1 and list(tmp_path.glob("*.png"))
+    data = json.loads(js[0].read_text())
+    ops = {(r["op"], r["impl"]) for r in data["rows"]}
+    assert ("MontMult", "native") in ops and ("ModExp", "gmpy2 (1 core)") in ops
+    assert data["machine"]["cpu_count"] >= 1
