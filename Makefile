@@ -70,7 +70,7 @@ test-fate: build $(FATE_STAMP) $(FATE_FLOW_STAMP)
 # or when the 32x32->64 products fall under 30 % of what the 2048-bit cooperative MontMult issues
 # (its main loop: 8 trips of 8 words; the loop for word counts that are not a multiple of 8: none)
 # or of one trip of its main loop; prints registers/occupancy per kernel and the IMAD slots of that
-# MontMult against the 4n² model (docs/gpu.md, "Proxies")
+# MontMult against the 4n² model (docs/backends/gpu.md, "Proxies")
 gpu-proxies: $(DEV_STAMP)
 	@mkdir -p bench/results
 	$(BIN)/python -m tools.gpu.proxies --check --montmult 'k_mul_g<32>' --bits 2048 --span '#0=8' \
@@ -78,7 +78,7 @@ gpu-proxies: $(DEV_STAMP)
 
 # the baseline of bench/gpu_checks.sh, prepared where git and nvcc are (no GPU needed): the tree at
 # 72c8f0e (the cooperative kernels as measured on an H200) with its CUDA library in build/gpu-baseline, and this
-# tree's library; carry both to the GPU machine (docs/gpu.md, "GPU checks")
+# tree's library; carry both to the GPU machine (docs/backends/gpu.md, "GPU checks")
 gpu-baseline: $(DEV_STAMP)
 	PYTHON=$(abspath $(BIN))/python UNIFL_CUDA_ARCHS=$${UNIFL_CUDA_ARCHS:-90} bash bench/gpu_checks.sh prepare
 

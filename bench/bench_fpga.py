@@ -12,7 +12,7 @@ The RTL estimate at the end is *not* a measurement: cycles per MontMult are the 
 rtl/unifl_mm_engine.v (tools/fpga/estimate.py; tests/backends/fpga/test_rtl_engine.py checks the formula against
 the cocotb simulation), scaled to the stated clock and the engine count that yosys synthesis of
 the exponentiation unit supports on a VU13P (250 MHz; 297 engines at 1024 and 2048 bits,
-DSP-bound, after a 25 % shell reserve: docs/fpga.md).
+DSP-bound, after a 25 % shell reserve: docs/backends/fpga.md).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main() -> None:
         add("Paillier enc (1024-bit key)", 1024, name, r, s, r_g)
 
     print("\nRTL ESTIMATE (NOT measured: the interval of rtl/unifl_mm_engine.v, at the"
-          " clock and VU13P engine count that yosys synthesis supports; docs/fpga.md):")
+          " clock and VU13P engine count that yosys synthesis supports; docs/backends/fpga.md):")
     est = [rtl_estimate(b) for b in (1024, 2048)]
     for e in est:
         print(f"  {e['bits']:5d}-bit: {e['cycles_per_montmult']} cycles/MontMult -> "

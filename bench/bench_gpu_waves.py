@@ -5,7 +5,7 @@ both kernel families.
 
 The wave size is read once per process from UNIFL_GPU_WAVE (0: the whole batch in one launch; unset:
 the built-in default of the device runtime, 16,384 for both families), so bench/gpu_checks.sh runs this
-script once per value.  The one-thread kernels' default was measured (docs/gpu.md, "Wave size"); the
+script once per value.  The one-thread kernels' default was measured (docs/backends/gpu.md, "Wave size"); the
 group kernels (tables in shared memory, numbers in registers) use the same default until this
 script says otherwise.  Prints one line per family and op: wave, kernels, op, batch size, ops/s
 (one timed repetition, host operands, result fetched).  Needs a CUDA GPU: without one it fails

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optional CGBN variant's build check (docs/gpu.md, "Optional CGBN variant"): compiles
+# The optional CGBN variant's build check (docs/backends/gpu.md, "Optional CGBN variant"): compiles
 # the gpu library (unifl/backends/gpu/src/*.cu; CGBN goes into kernels.cu) with -DUNIFL_WITH_CGBN=1 against a CGBN checkout with the
 # exact flags of unifl/backends/gpu/build.py (sm_80 + sm_90 SASS, compute_90 PTX, every warning an
 # error) into a temporary folder, then prints

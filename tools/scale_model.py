@@ -11,7 +11,7 @@ Inputs per op (from the bench's JSON, 2 workers of 1 core each, on the 2 cores o
   B  bytes per element that crossed between the party's process and the workers (both ways);
   d  the host work that stays in the party's process per element (drawing r or y_p, y_q with
      ``secrets``), measured here by bench_ray.driver_costs.
-For the GPU party, b comes from the H100 figures measured earlier (docs/gpu.md); they are per
+For the GPU party, b comes from the H100 figures measured earlier (docs/backends/gpu.md); they are per
 GPU at full waves (>= 16,384 instances per call).
 
 Model for W workers and a batch of N elements: the pieces run side by side, so a batch takes
@@ -29,7 +29,7 @@ import argparse
 import json
 from typing import Any
 
-#: measured on one H100 (docs/gpu.md), per GPU, host->host, full waves
+#: measured on one H100 (docs/backends/gpu.md), per GPU, host->host, full waves
 H100_PER_S = {"encrypt (public key)": 18.7e3, "add (MontMult mod n^2)": 5.1e6}
 LINKS_GBIT = (10.0, 25.0)
 

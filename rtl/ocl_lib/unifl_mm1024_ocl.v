@@ -3,7 +3,7 @@
 //     ulong16 unifl_mm1024(ulong16 a, ulong16 b, ulong16 m, ulong n0);   // a*b*2^-1024 mod m
 // built on the word-serial cluster rtl/unifl_mm_cluster.v (N engines rtl/unifl_mm_engine.v,
 // W = 64, D = 16 words per 1024-bit operand).  Specs: unifl_mm1024.xml (this module, stallable)
-// and unifl_mm1024_fixed.xml (unifl_mm1024_ocl_fixed: FIXED_LATENCY = 1).  docs/fpga-intel.md.
+// and unifl_mm1024_fixed.xml (unifl_mm1024_ocl_fixed: FIXED_LATENCY = 1).  docs/backends/fpga-intel.md.
 //
 // Port directions follow Intel's RTL-module interface, which is NOT the usual AXI naming:
 //   ivalid (in)  upstream has a call on a, b, m, n0      oready (out) this module takes the call
@@ -30,7 +30,7 @@
 // registers cleared by reset, so they stay low after it until a call has been streamed / a result
 // assembled.  The module takes its first call the cycle after resetn rises.
 //
-// FIXED_LATENCY = 1 (the closest legal form to "non-stallable", see docs/fpga-intel.md): a call is
+// FIXED_LATENCY = 1 (the closest legal form to "non-stallable", see docs/backends/fpga-intel.md): a call is
 // admitted only while fewer than N calls are inside (accepted, result not yet taken).  Then call k's
 // engine (k mod N, round robin) has delivered call k-N and is empty, so its MontMult starts at once
 // and, as long as the downstream does not stall, ovalid rises a fixed number of cycles after the

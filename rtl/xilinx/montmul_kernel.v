@@ -24,7 +24,7 @@
 // Data path.  Why a 64-bit data bus: it is the engine's word width, so a/b words go from R straight
 // through a FIFO into the cluster with no width converter, and one kernel instance keeps up with
 // about 8 engines at 1024 bits (32 read beats per row against ~271 cycles per MontMult per engine,
-// see docs/fpga-xilinx.md).  A card scales by linking several compute units (each with its own
+// see docs/backends/fpga-xilinx.md).  A card scales by linking several compute units (each with its own
 // port and memory bank) rather than by one wide port, and the host's ring of in-flight chunks
 // already keeps several launches outstanding.
 //

@@ -12,7 +12,7 @@
 #            paillier_enc_L32 / paillier_enc_L64 (the exponentiation unit, modexp_kernel.v)
 #   engines: MontMult engines in the kernel (default 4)
 #   part:    the card's FPGA part (default a VU13P; use the part of your platform's .xpfm)
-# Then link for the card (see docs/fpga-xilinx.md):
+# Then link for the card (see docs/backends/fpga-xilinx.md):
 #   v++ -l -t hw --platform <platform.xpfm> build/montmul_L16.xo -o build/montmul.xclbin
 
 if {[llength $argv] < 2} {

@@ -26,7 +26,7 @@ from unifl.scheduler import MultiDeviceBackend, backend_from_config
 from tests.helpers.keys import paillier_keypair, random_odd_modulus
 from tests.helpers.paths import ROOT as REPO_ROOT
 
-# The plug-in is a real package, examples/plugin_backend (docs/backends.md walks through it): MontMult
+# The plug-in is a real package, examples/plugin_backend (docs/backends/README.md walks through it): MontMult
 # on Python integers with one option of its own; every other op is composed by UniFL's layers from
 # its MontMults.  The fixture installs it with pip, as its user would.
 PLUGIN_PROJECT = REPO_ROOT / "examples" / "plugin_backend"

@@ -6,7 +6,7 @@ DSP48E2 and at most 5k LUTs, LUTs used as distributed RAM included -- to its str
 in LUT RAM, not flip-flops; no latch or logic loop) and to its pipelining: no register-to-register
 path holds a DSP together with any other logic, or more than a few LUT levels and one adder's
 carry chain.  The measured figures are pinned within a margin, so a change to the engine shows up
-here and in docs/fpga.md together.  Skips, saying why, when yosys is missing (CI installs it).
+here and in docs/backends/fpga.md together.  Skips, saying why, when yosys is missing (CI installs it).
 
 The walk itself is also checked on a hand-made netlist, without yosys.
 """
@@ -29,7 +29,7 @@ from tests.helpers.rtl_sim import ROOT, engine_interval, icarus_runner
 pytestmark = pytest.mark.rtl
 
 # Measured here with Debian's yosys 0.23 (0.23-6) on the engine as it stands; update them (and
-# docs/fpga.md) when the engine changes.
+# docs/backends/fpga.md) when the engine changes.
 MEASURED = {"dsp": 31, "lut": 2047, "lut_sites": 2565, "ff": 4876}
 TARGETS = {"dsp": 40, "lut_sites": 5000}   # per 1024-bit engine on UltraScale+
 
@@ -66,10 +66,10 @@ def test_resource_targets(xcup1024: dict[str, Any]) -> None:
 
 @needs_yosys
 def test_resources_as_measured(xcup1024: dict[str, Any]) -> None:
-    """The figures docs/fpga.md quotes: DSPs exactly, LUTs and FFs within 5 %; operands, T, M and
+    """The figures docs/backends/fpga.md quotes: DSPs exactly, LUTs and FFs within 5 %; operands, T, M and
     the result banks in LUT RAM (RAM32M16), no block RAM."""
     r = xcup1024
-    msg = (f"engine changed? update MEASURED and docs/fpga.md ({r['dsp']} DSP, {r['lut']} LUT, "
+    msg = (f"engine changed? update MEASURED and docs/backends/fpga.md ({r['dsp']} DSP, {r['lut']} LUT, "
            f"{r['lut_sites']} LUT sites, {r['ff']} FF)")
     assert r["dsp"] == MEASURED["dsp"], msg
     for k in ("lut", "lut_sites", "ff"):
@@ -82,7 +82,7 @@ def test_resources_as_measured(xcup1024: dict[str, Any]) -> None:
 def test_every_path_is_short(xcup1024: dict[str, Any]) -> None:
     """Pipelined: a DSP never shares a register-to-register path with other logic, and no path
     has more than 4 LUT levels or one 72-bit carry chain (18 CARRY4).  Under the walk's slow
-    weights that is >= 240 MHz (docs/fpga.md states 250 MHz), the old engine's 81-127 MHz."""
+    weights that is >= 240 MHz (docs/backends/fpga.md states 250 MHz), the old engine's 81-127 MHz."""
     p = xcup1024["path"]
     for k in ("fast", "slow"):
         w = p[k]
@@ -221,7 +221,7 @@ def unit1024() -> dict[str, Any]:
 def test_unit_within_targets(unit1024: dict[str, Any]) -> None:
     """unifl_modexp with one engine at 1024 bits: no latch, no logic loop, at most 40 DSP48E2,
     6,000 LUT sites and 8 RAMB36; its tables in block RAM; every path as short as the engine's
-    (a DSP alone, at most 4 LUT levels and one 72-bit carry chain), and the figures docs/fpga.md
+    (a DSP alone, at most 4 LUT levels and one 72-bit carry chain), and the figures docs/backends/fpga.md
     quotes within 5 %."""
     r = unit1024
     assert r["latches"] == 0 and r["latches_inferred"] == 0 and r["check_problems"] == 0
@@ -234,7 +234,7 @@ def test_unit_within_targets(unit1024: dict[str, Any]) -> None:
             assert w["dsp"] == 1 and w["cells"] == 0, w
         assert w["lut_levels"] <= 4 and w["carry_cells"] <= 18, w
     assert r["path"]["fmax_mhz"][0] >= 240, r["path"]
-    msg = (f"unit changed? update UNIT_MEASURED and docs/fpga.md ({r['dsp']} DSP, {r['lut']} LUT, "
+    msg = (f"unit changed? update UNIT_MEASURED and docs/backends/fpga.md ({r['dsp']} DSP, {r['lut']} LUT, "
            f"{r['lut_sites']} LUT sites, {r['ff']} FF, {r['bram']} BRAM)")
     assert r["dsp"] == UNIT_MEASURED["dsp"] and r["bram"] == UNIT_MEASURED["bram"], msg
     for k in ("lut", "lut_sites", "ff"):

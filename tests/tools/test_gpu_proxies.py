@@ -431,7 +431,7 @@ def test_real_kernels_have_every_figure(real: tuple[Any, Any]) -> None:
         assert k.stack_frame is not None and k.spills is not None, k.name
         assert k.occupancy is not None and k.occupancy.active_warps > 0, k.name
         assert k.sass is not None and k.sass["total"] > 0, k.name
-    # today's known state (docs/gpu.md): the thread-per-instance exponentiation keeps its 16-entry
+    # today's known state (docs/backends/gpu.md): the thread-per-instance exponentiation keeps its 16-entry
     # window table in a local frame of 2.4-24 KiB
     exp128 = rep.kernel(r"^k_exp<128>$")
     assert exp128.stack_frame > 2048

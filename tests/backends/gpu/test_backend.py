@@ -218,7 +218,7 @@ def test_cuda_is_compiled_only_where_it_can_run_or_is_asked_for(tmp_path, monkey
 @needs_gpu
 @pytest.mark.parametrize("bits", [64, 1000, 1024, 2048, 3000, 4096])
 def test_cgbn_mod_exp_matches_cpu(bits):
-    """The optional CGBN ModExp (a CGBN_INCLUDE_DIR build, docs/gpu.md) against cpu on edge and
+    """The optional CGBN ModExp (a CGBN_INCLUDE_DIR build, docs/backends/gpu.md) against cpu on edge and
     random inputs of each of its classes; skipped unless the library was built with CGBN."""
     if not hasattr(runtime.load_library(), "unifl_gpu_cgbn_mod_exp"):
         pytest.skip("the CUDA library was built without CGBN (CGBN_INCLUDE_DIR unset)")

@@ -437,7 +437,7 @@ class ClRuntime:
                 fix = (f"add L={limbs} to all_sizes.cl and rebuild it" if limbs not in have else
                        f"it carries other kernels of that size but not {name} (an RTL .xclbin "
                        "has mont_exp_L<n> only when modexp_kernel.v's .xo was linked into it, "
-                       "docs/fpga-xilinx.md; else use fpga mode montmul)")
+                       "docs/backends/fpga-xilinx.md; else use fpga mode montmul)")
                 raise FpgaBuildError(
                     f"kernel {full} ({64 * limbs}-bit moduli) is not in fpga.binary "
                     f"{self.binary_path!r}, which carries limb counts {have}; {fix}") from exc

@@ -14,7 +14,7 @@ Two kernel families, both compiled into the one library (``src/kernels.cu`` with
   inter-thread carries at all, but the 16-entry window table and the numbers live in *local*
   memory (a 2048-bit ModExp frame is kilobytes per thread), and about 10^4 instances must be in
   flight to fill the device; past ~16k per launch throughput *drops* (the frames fall out of the
-  caches), hence the waves of 16,384 (docs/gpu.md, "Wave size").  Measured on an H100: 46-48 k/s
+  caches), hence the waves of 16,384 (docs/backends/gpu.md, "Wave size").  Measured on an H100: 46-48 k/s
   2048-bit ModExp, 123-151 k/s Paillier encryption with a 1024-bit key.
 * **group** -- one instance per group of TPI threads (``src/kernels_group.cuh`` over
   ``src/bn_group.cuh``, kernels ``k_<op>_g<LM>``), the layout of CGBN: lane t of a group holds LPT
@@ -31,7 +31,7 @@ Two kernel families, both compiled into the one library (``src/kernels.cu`` with
   table uploaded once per key into device memory.  These kernels as of 72c8f0e ran on an H200
   (1.7-2.7x the one-thread family); they have been reworked since without a GPU, checked bit for
   bit against ``cpu`` through the host harness, and ``bench/gpu_checks.sh`` measures the old and
-  new ones side by side on the first GPU it gets (docs/gpu.md).
+  new ones side by side on the first GPU it gets (docs/backends/gpu.md).
 
 The option ``kernels`` (:class:`~unifl.backends.gpu.options.GpuOptions`) picks the family of the
 ops that have both: ``thread``, ``group``, or ``auto`` (default), which times both once per size
@@ -55,7 +55,7 @@ Single source: every kernel body is a ``__host__ __device__`` function (``src/ke
 lockstep on the host); the test suite runs the same bodies on the CPU through the host harness
 (``host.py``, backend ``gpu_host``) in the equivalence harness.  The CUDA library is compiled
 (nvcc, warnings as errors) in CI, which has no GPU; tests marked ``gpu`` run the equivalence checks
-on a real device (the thread family's ran on an H100, docs/gpu.md).
+on a real device (the thread family's ran on an H100, docs/backends/gpu.md).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class GpuBackend(KernelBackend):
         self.kernel_choice: dict[int, str] = {}
         self.kernel_timing: dict[int, dict[str, float | str]] = {}
         self._choice_lock = threading.Lock()
-        #: use the optional CGBN ModExp (only in a CGBN build; docs/gpu.md) -- UNIFL_GPU_CGBN=1
+        #: use the optional CGBN ModExp (only in a CGBN build; docs/backends/gpu.md) -- UNIFL_GPU_CGBN=1
         cgbn = self.options.cgbn
         self.cgbn = os.environ.get("UNIFL_GPU_CGBN") == "1" if cgbn is None else cgbn
 

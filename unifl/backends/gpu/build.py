@@ -17,7 +17,7 @@ so this file imports only the standard library, setuptools and pybind11).
    elsewhere the minutes of nvcc buy nothing, so the build says it skipped and how to ask for it.
    ``UNIFL_NO_CUDA=1`` (or ``UNIFL_CUDA_BUILD=0``) always skips it; ``UNIFL_REQUIRE_CUDA_BUILD=1``
    makes a missing nvcc or a failed compile fatal (CI).
-   ``CGBN_INCLUDE_DIR=<CGBN>/include`` adds the optional CGBN variant (docs/gpu.md).
+   ``CGBN_INCLUDE_DIR=<CGBN>/include`` adds the optional CGBN variant (docs/backends/gpu.md).
 
 The library is rebuilt only when a kernel source or this file is newer than it.
 """
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from setuptools import Extension
 
 #: the library's translation units: the kernels and their launches (the only device code), the
-#: device runtime, the C interface (src/*.cu; docs/gpu.md, "Building")
+#: device runtime, the C interface (src/*.cu; docs/backends/gpu.md, "Building")
 SOURCES = ("kernels.cu", "device_runtime.cu", "c_api.cu")
 #: SASS for A100 and H100/H200, PTX of the newest for later parts; UNIFL_CUDA_ARCHS=90 (a comma
 #: list) builds fewer, e.g. on the GPU machine that only needs its own

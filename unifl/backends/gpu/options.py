@@ -25,12 +25,12 @@ class GpuOptions(BackendOptions):
         "auto", "which kernel bodies run the ops that have both: thread (one thread per instance, "
                 "64-bit limbs in local memory), group (cooperative: TPI threads per instance, "
                 "32-bit words in registers) or auto (per size class, by timing both once on the "
-                "device; docs/gpu.md)")
+                "device; docs/backends/gpu.md)")
 
     window: Literal["auto", 3, 4, 5] = option(
         "auto", "exponent window of the cooperative kernels, in bits (2^w table entries per group "
                 "in shared memory): 3, 4, 5, or auto (the largest whose tables cost no occupancy "
-                "against 3-bit ones on the device; docs/gpu.md)")
+                "against 3-bit ones on the device; docs/backends/gpu.md)")
 
     lanes: Literal["auto", "normal", "wide"] = option(
         "auto", "threads per instance of the cooperative exponentiation kernels (ModExp, public "
@@ -39,5 +39,5 @@ class GpuOptions(BackendOptions):
                 "small to give the device 4 warps per SM)")
 
     cgbn: Optional[bool] = option(
-        None, "the optional CGBN ModExp (a CGBN build only, docs/gpu.md); null: env "
+        None, "the optional CGBN ModExp (a CGBN build only, docs/backends/gpu.md); null: env "
               "UNIFL_GPU_CGBN=1")

@@ -106,7 +106,7 @@ void launch(Device &d, Launch l) {
 // Exponentiation-class kernels run in waves of at most wave_size() instances, one launch each: every
 // thread of the one-thread kernels keeps a 16-entry window table (16·LMAX limbs) and temporaries in
 // local memory, and past a point more threads in flight make throughput *drop* (their working set
-// falls out of the caches); docs/gpu.md ("Wave size").  The group kernels (tables in shared memory,
+// falls out of the caches); docs/backends/gpu.md ("Wave size").  The group kernels (tables in shared memory,
 // numbers in registers) use the same wave size until a device measurement says otherwise.
 // UNIFL_GPU_WAVE overrides it for both families (0: one launch).
 long long wave_size();

@@ -1,5 +1,5 @@
 // UniFL gpu backend, optional CGBN variant (compiled only with -DUNIFL_WITH_CGBN=1, i.e. when
-// CGBN_INCLUDE_DIR is set at build time; see docs/gpu.md).  ModExp with plain values in and out, so
+// CGBN_INCLUDE_DIR is set at build time; see docs/backends/gpu.md).  ModExp with plain values in and out, so
 // CGBN's R = 2^BITS (ours is 2^(64·L)) never shows, on CGBN's cooperative layout: TPI threads of a
 // warp share one instance (8, 16, 32 threads for the 1024, 2048, 4096-bit classes; 4 limbs of 32 bits
 // per thread in each), a better fit than one thread per instance for small batches.  Fixed 4-bit
