@@ -42,7 +42,7 @@ $(FATE_STAMP):
 # FATE-Flow 2.2.0 and its client in the same venv.  fate_flow pins typing-extensions==4.8.0 and torch
 # 2.13 needs >=4.10, so pip cannot resolve them together (it backtracks into GBs of CUDA wheels before
 # giving up): install both --no-deps, then their own requirements listed here, pinned to what ran
-# (docs/fate-flow-investigation.md), with FATE's pins repeated so nothing they need moves.
+# (lab-notes/fate-flow-2.2.0.md), with FATE's pins repeated so nothing they need moves.
 # `fate_flow init` (done by tests/fate/test_flow.py through unifl.fate.flow) binds this venv's
 # fate_flow to one home: $(FATE_FLOW_HOME), under build/.
 FATE_FLOW_STAMP := $(FATE_VENV)/.fate-flow-installed

@@ -1,6 +1,6 @@
 """UniFL's FATE components as real FATE-Flow 2.2 jobs: provider folder, server control, job submission.
 
-What FATE-Flow 2.2.0 honours (verified on its sources and by running it, docs/fate-flow-investigation.md):
+What FATE-Flow 2.2.0 honours (verified on its sources and by running it, lab-notes/fate-flow-2.2.0.md):
 
 * A task runs on a *provider*: an interpreter (``metadata.venv``) and a folder put first on the
   worker's ``PYTHONPATH`` (``metadata.path``).  FATE-Flow only knows how to launch providers named
