@@ -22,6 +22,13 @@ console = Console(width=None if os.environ.get("COLUMNS") else 132) \
     if not Console().is_terminal else Console()
 
 
+def _alert(text: str, style: str = "bold red") -> None:
+    """One line of warning or error: printed as text, not markup (a path, a reason or an extra
+    such as ``unifl[cuda]`` may hold brackets), and never hard-wrapped (a path cut across lines is
+    one nobody can copy)."""
+    console.print(text, style=style, markup=False, soft_wrap=True)
+
+
 @app.command()
 def devices(remedy: bool = typer.Option(
         False, "--remedy",
@@ -209,24 +216,23 @@ def print_results(results: Mapping[str, Mapping[str, Any]], title: str) -> None:
         console.print(f"[bold]{role}[/bold]: " + ", ".join(bits))
     for role, res in results.items():   # last, so they cannot scroll away
         for ev in res.get("backend", {}).get("fallback_events", []):
-            console.print(f"[bold yellow]! {role}: backend {ev['backend']} was not used: "
-                          f"{ev['reason']}[/bold yellow]")
+            _alert(f"! {role}: backend {ev['backend']} was not used: {ev['reason']}",
+                   "bold yellow")
         for ev in res.get("backend", {}).get("runtime_fallbacks", []):
-            console.print(f"[bold red]! {role}: {ev['op']} failed on {ev['from']} "
-                          f"({ev['from_device']}): {ev['reason']}; its {ev['elements']} elements "
-                          f"re-ran on {ev['to']} ({ev['to_device']})[/bold red]")
+            _alert(f"! {role}: {ev['op']} failed on {ev['from']} ({ev['from_device']}): "
+                   f"{ev['reason']}; its {ev['elements']} elements re-ran on {ev['to']} "
+                   f"({ev['to_device']})")
         sel = res.get("backend", {})
         ray_sel = sel.get("ray") or {}
         for lost in ray_sel.get("lost", []):
-            console.print(f"[bold red]! {role}: {lost['worker']} was lost ({lost['reason']}); "
-                          f"went on with {ray_sel.get('live', 0)} of {ray_sel.get('workers')} "
-                          "Ray workers[/bold red]")
+            _alert(f"! {role}: {lost['worker']} was lost ({lost['reason']}); went on with "
+                   f"{ray_sel.get('live', 0)} of {ray_sel.get('workers')} Ray workers")
         if ray_sel and ray_sel.get("started", 0) < ray_sel.get("workers", 0):
-            console.print(f"[bold yellow]! {role}: {ray_sel['started']} of {ray_sel['workers']} "
-                          "Ray workers started[/bold yellow]")
+            _alert(f"! {role}: {ray_sel['started']} of {ray_sel['workers']} Ray workers started",
+                   "bold yellow")
         if sel.get("requested") not in (None, "auto", sel.get("chosen")):
-            console.print(f"[bold red]! {role} asked for {sel['requested']!r} but ran on "
-                          f"{sel['chosen']!r} (fallback)[/bold red]")
+            _alert(f"! {role} asked for {sel['requested']!r} but ran on {sel['chosen']!r} "
+                   "(fallback)")
     for role, res in results.items():
         m = res.get("metrics") or {}
         rows = f" ({m['test_rows']} rows)" if "test_rows" in m else ""
@@ -285,7 +291,7 @@ def run(config: Path = typer.Option(..., help="this party's YAML (or a shipped o
         cfg = validate(PartyConfig, data, f"{config} (with command-line overrides)")
         result = run_party(cfg, jobc, data_dir=data_dir, progress=progress)
     except UniflError as exc:
-        console.print(f"[bold red]{config}: {type(exc).__name__}: {exc}[/bold red]")
+        _alert(f"{config}: {type(exc).__name__}: {exc}")
         if json_out:
             json_out.write_text(json.dumps({"error": {"type": type(exc).__name__,
                                                       "message": str(exc)}}))
@@ -350,10 +356,10 @@ def demo(dataset: str = typer.Option("breast", help="breast | motor (LinR) | def
         results = run_demo(opts, console, on_start=started)
     except DemoFailed as exc:
         for role, msg in exc.errors.items():
-            console.print(f"[bold red]{role} failed: {msg}[/bold red]")
+            _alert(f"{role} failed: {msg}")
         raise typer.Exit(1)
     except UniflError as exc:
-        console.print(f"[bold red]{type(exc).__name__}: {exc}[/bold red]")
+        _alert(f"{type(exc).__name__}: {exc}")
         raise typer.Exit(_exit_code(exc))
     ordered: dict[str, dict[str, Any]] = {r: results[r] for r in ("guest", "host", "arbiter")
                                           if r in results}

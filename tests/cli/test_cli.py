@@ -34,3 +34,15 @@ def test_bench_writes_json_and_plot(tmp_path):
     ops = {(r["op"], r["impl"]) for r in data["rows"]}
     assert ("MontMult", "native") in ops and ("ModExp", "gmpy2 (1 core)") in ops
     assert data["machine"]["cpu_count"] >= 1
+
+
+def test_an_error_naming_a_path_with_brackets_prints_it_whole(tmp_path):
+    """Errors are printed as text: a path with brackets (rich markup) or longer than the console
+    comes out as written, on one line."""
+    folder = tmp_path / ("[bold]x" + "y" * 150)
+    folder.mkdir()
+    bad = folder / "bad.yaml"
+    bad.write_text("party: guest\nbackend: tpu\n")
+    res = runner.invoke(app, ["run", "--config", str(bad), "--job", "demo_psi_breast.yaml"])
+    assert res.exit_code == 2
+    assert f"{bad}: ConfigError" in res.output, res.output
