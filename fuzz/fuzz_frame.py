@@ -14,7 +14,6 @@ every mode.  Expected outcomes: a parsed array, or a UniflError subclass.
 from __future__ import annotations
 
 import struct
-import sys
 import zlib
 
 import atheris

@@ -24,7 +24,6 @@ from cocotb.utils import get_sim_time
 
 from mm_vectors import record
 
-from unifl.core.montgomery import mont_context
 
 CLK_NS = 10
 MODEXP, ENC = 0, 1

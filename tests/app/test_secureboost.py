@@ -14,7 +14,7 @@ from unifl.app.secureboost import packing, protocol as sbt_protocol
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_local, validate_job
 from unifl.app.metrics import roc_auc, sigmoid
-from unifl.app.params import BoostParams, params_of
+from unifl.app.params import params_of
 from unifl.core.errors import ConfigError
 
 BE = unifl.backend("native")

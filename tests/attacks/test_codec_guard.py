@@ -14,7 +14,7 @@ import pytest
 
 from unifl.app import codec
 from unifl.core.errors import PrivateKeyExposure
-from unifl.phe_sdk import EncryptedArray, exposure, paillier, rsa, serialize
+from unifl.phe_sdk import EncryptedArray, paillier, rsa, serialize
 
 import unifl
 

@@ -17,9 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from pathlib import Path
 
 import pytest
 

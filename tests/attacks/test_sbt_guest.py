@@ -145,7 +145,7 @@ def test_in_range_slots_still_read_the_binned_matrix(setup):
     three useful histograms per tree (root, the smaller child at depth 1, one at depth 2): breast
     in four trees.  A range proof per slot would cost its proofs and leave this."""
     guest = Guest(setup)
-    n, fh, nb = guest.n, guest.fh, guest.p.num_bins
+    n, fh = guest.n, guest.fh
     g_rows, h_rows = SCALE + 1, SCALE - 1               # bits of ĝ and of ĥ a row can own
     per_hist = g_rows + h_rows
     stolen = np.full((n, fh), -1, np.int64)

@@ -157,7 +157,7 @@ def test_paillier_encrypt_decrypt(be, cpu, bits):
     assert pk.raw_encrypt(ms, backend=be, r_values=rs) == ref
     assert sk.raw_decrypt(ref, backend=be) == ms
     # fixed-base (DJN) obfuscation: identical for the same exponents a
-    pk2, sk2 = P.PrivateKey(sk.p, sk.q).public_key, None
+    pk2 = P.PrivateKey(sk.p, sk.q).public_key
     pk2.enable_fixed_base(window=4, backend=cpu)
     m_l = pk2.plaintext_limbs(ms[:8])
     a = to_limbs([secrets.randbits(pk2.fixed_base.exp_bits) for _ in range(8)],

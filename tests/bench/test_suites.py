@@ -159,7 +159,6 @@ def test_gpu_targets_table_sets_runs_side_by_side(tmp_path) -> None:
     (old/new for the latency row, where less is better) and the targets on the default rows."""
     import importlib.util
     import json
-    from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
         "gpu_targets", REPO_ROOT / "bench" / "gpu_targets.py")

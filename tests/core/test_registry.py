@@ -10,9 +10,8 @@ import unifl
 from unifl import mod_op
 from unifl.core import registry
 from unifl.core.backend import Backend, ProbeResult
-from unifl.phe_sdk import serialize
 
-from tests.helpers.keys import paillier_keypair, rsa_keypair
+from tests.helpers.keys import paillier_keypair
 
 
 def test_registry_lists_and_probes():

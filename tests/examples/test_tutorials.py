@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 from tests.helpers.paths import ROOT as REPO_ROOT
 
 ROOT = REPO_ROOT

@@ -15,7 +15,7 @@ from unifl.base_op import from_limbs, to_mont  # noqa: E402
 from unifl.core.errors import InvalidCiphertextError  # noqa: E402
 from unifl.phe_sdk.array import EncryptedArray  # noqa: E402
 from unifl.fate import kit, party, register  # noqa: E402
-from tests.helpers.paths import ROOT as REPO_ROOT
+from tests.helpers.paths import ROOT as REPO_ROOT  # noqa: E402
 
 pytestmark = pytest.mark.fate
 
@@ -47,7 +47,7 @@ def dec(kitkeys, ev, dtype=torch.float64):
 RNG = np.random.default_rng(3)
 X = torch.tensor(RNG.normal(size=12))
 Y = torch.tensor(RNG.normal(size=12))
-I = torch.tensor(RNG.integers(-50, 50, 12))
+INTS = torch.tensor(RNG.integers(-50, 50, 12))
 
 
 def both(keys, fn_name, *args, from_ref=None):
@@ -104,7 +104,6 @@ def test_histogram_ops_match_fate(keys, backend):
     intervals_slice, cat -- the SecureBoost histogram path -- give FATE's results."""
     g = torch.tensor(RNG.normal(size=8))
     pos = [[int(v) for v in RNG.integers(0, 6, 2)] for _ in range(4)]   # 4 rows, stride 2
-    masks = torch.tensor([True, False, True, True, False, True, True, True])
     perm = [int(v) for v in RNG.permutation(12)]
     res = []
     for kk, mod in ((keys[0], kit), (keys[1], ref)):
@@ -150,8 +149,8 @@ def test_pack_floats_and_squeeze_match_fate(keys, backend):
 
 def test_encode_decode_dtypes(keys):
     sk, pk, coder = keys[0]
-    i = coder.decode_tensor(sk.decrypt_to_encoded(enc(keys[0], I)), torch.int64)
-    assert i.tolist() == I.tolist()
+    i = coder.decode_tensor(sk.decrypt_to_encoded(enc(keys[0], INTS)), torch.int64)
+    assert i.tolist() == INTS.tolist()
     f = coder.decode_i64_vec(coder.encode_f64_vec(torch.tensor([1.5, -2.7])))
     assert f.tolist() == [1, -3]   # floor, as FATE's coder
     assert coder.decode_f64(coder.encode_f64(0.1)) == 0.1
@@ -231,7 +230,6 @@ def test_he_param_accepts_unifl():
 def test_components_are_fate_builtins_under_unifl_names():
     """The entry-point components (pyproject.toml's fate.ext.component_desc group) are FATE's
     built-ins renamed, same stages."""
-    import os
     import tomllib
 
     from fate.components.components import coordinated_lr, hetero_secureboost

@@ -4,25 +4,16 @@ tuples), shared by the scheduler's contract tests and the Ray executor's."""
 from __future__ import annotations
 
 import functools
-import inspect
 import secrets
 from typing import Callable
 
 import numpy as np
-import pytest
 
 import unifl
 from unifl import base_op, mod_op
-from unifl.backends.cpu import CpuBackend
 from unifl.core import registry
 from unifl.core.backend import Backend
-from unifl.core.contract import OPS, SIGNATURES
-from unifl.core.errors import (BackendUnavailable, DeviceDataLost, DeviceError,
-                               InvalidCiphertextError, OperandError)
 from unifl.core.limbs import to_limbs
-from unifl.scheduler import CountingBackend, MultiDeviceBackend, SerialExecutor, ThreadExecutor
-from unifl.scheduler import fallback, multi
-from unifl.scheduler.fallback import FallbackChain, batch_elements, is_device_failure, run_op
 
 from .keys import random_odd_modulus
 

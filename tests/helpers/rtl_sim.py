@@ -4,7 +4,6 @@ missing) and the engine's Verilog sources."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -1,20 +1,14 @@
 """The vertical LR / LinR jobs and their plaintext references, as the app tests build them."""
 
-import json
-import time
 
 import numpy as np
-import pytest
 
 import unifl
-from unifl.app import psi, reference, vertical
-from unifl.app.channel import Channel, LocalTransport, local_transports
-from unifl.app.data import BUNDLED, load_party, sorted_ids, subsample_ids, train_test_split
-from unifl.app.jobs import run_job, run_local, validate_job
+from unifl.app import reference, vertical
+from unifl.app.data import load_party, sorted_ids
+from unifl.app.jobs import validate_job
 from unifl.app.metrics import r2_score, roc_auc
 from unifl.app.params import params_of
-from unifl.core import registry
-from unifl.core.errors import ConfigError, KeyMismatchError, PeerTimeout, SerializationError, TransportError
 
 BE = unifl.backend("native")
 

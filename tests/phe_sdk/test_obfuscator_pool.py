@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.base_op import from_limbs, to_limbs
 from unifl.configs import PartyConfig
 from unifl.core.errors import KeyMismatchError, OperandError
 from unifl.core.state import PoolLimits, RowPool

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from unifl.mod_op import ints
 import unifl
-from unifl import mod_op
-from unifl.core import registry
-from unifl.core.backend import Backend, ProbeResult
 from unifl.phe_sdk import serialize
 
 from tests.helpers.keys import paillier_keypair, rsa_keypair

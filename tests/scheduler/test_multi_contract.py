@@ -10,30 +10,23 @@ fails :func:`test_every_op_has_inputs` by name.
 
 from __future__ import annotations
 
-import functools
 import inspect
-import secrets
-from typing import Callable
 
-import numpy as np
 import pytest
 
 import unifl
-from unifl import base_op, mod_op
 from unifl.backends.cpu import CpuBackend
 from unifl.core import registry
 from unifl.core.backend import Backend
 from unifl.core.contract import OPS, SIGNATURES
 from unifl.core.errors import (BackendUnavailable, DeviceDataLost, DeviceError,
                                InvalidCiphertextError, OperandError)
-from unifl.core.limbs import to_limbs
 from unifl.scheduler import CountingBackend, MultiDeviceBackend, SerialExecutor, ThreadExecutor
 from unifl.scheduler import fallback, multi
 from unifl.scheduler.fallback import FallbackChain, batch_elements, is_device_failure, run_op
 
-from tests.helpers.keys import random_odd_modulus
-from tests.helpers.op_inputs import (CPU, GENERATORS, HAVE_NATIVE, N, _below, _ctx, _exp_args,
-                                     _exps, _keys, _mont_mul_args, _natives, _same)
+from tests.helpers.op_inputs import (CPU, GENERATORS, HAVE_NATIVE, N, _exp_args,
+                                     _mont_mul_args, _natives, _same)
 
 # ------------------------------------------------------------------ the wrappers cover OPS
 def test_every_op_has_inputs():

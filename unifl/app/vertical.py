@@ -97,7 +97,6 @@ from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, Weak
 from ..phe_sdk import EncryptedArray, opening, paillier
 from . import checkpoint, psi, synthetic
 from .alignment import check_alignment as _check_alignment
-from .alignment import ids_digest as _ids_digest
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
                        vertical_min_rows)
 from .channel import Channel, Messenger

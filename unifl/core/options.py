@@ -39,7 +39,7 @@ from .errors import ConfigError
 
 __all__ = ["BackendOptions", "BackendOptionsError", "OptionProblem", "option"]
 
-O = TypeVar("O", bound="BackendOptions")
+OptionsT = TypeVar("OptionsT", bound="BackendOptions")
 
 _BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
            "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
@@ -157,7 +157,7 @@ class BackendOptions:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def parse(cls: type[O], values: Mapping[str, Any], *, backend: str) -> O:
+    def parse(cls: type[OptionsT], values: Mapping[str, Any], *, backend: str) -> OptionsT:
         """The model from a mapping of option values (a YAML section, constructor keywords).
         Raises :class:`BackendOptionsError` naming ``backend`` and every option at fault: unknown
         names (with the options it does take), wrong types, values out of bounds."""

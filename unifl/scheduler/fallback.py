@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import base_op, mod_op
 from ..core.backend import Backend
-from ..core.contract import SIGNATURES, Composition, composition_table
+from ..core.contract import Composition, composition_table
 from ..core.errors import BackendUnavailable, DeviceDataLost, DeviceError, UniflError
 from ..core.limbs import DeviceBatch
 from ..phe_sdk import paillier

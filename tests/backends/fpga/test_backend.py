@@ -558,7 +558,7 @@ def test_modexp_mode_encrypts_on_the_device():
     """mode modexp: paillier_encrypt is native (paillier_enc_L<n>: the whole (1 + m·n)·r^n mod n²
     in one launch, m and r in, the ciphertext out, the kernel the RTL encryption mirrors) and
     bit-exact with cpu, edge plaintexts (0, n-1) and r = 1 included; mode montmul composes it."""
-    from unifl.phe_sdk.paillier import encrypt_limbs, keygen
+    from unifl.phe_sdk.paillier import keygen
     be = _fpga(mode="modexp")
     assert be.implements("paillier_encrypt") and not _fpga().implements("paillier_encrypt")
     pk, _sk = keygen(1024)

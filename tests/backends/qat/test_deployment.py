@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(not registry.probe("qat").available,
 from unifl.backends.qat import runtime  # noqa: E402
 
 from tests.helpers.qat_sim import simulator_backends  # noqa: E402
-from tests.helpers.paths import ROOT as REPO_ROOT
+from tests.helpers.paths import ROOT as REPO_ROOT  # noqa: E402
 
 ROOT = str(REPO_ROOT)
 

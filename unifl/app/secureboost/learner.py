@@ -108,12 +108,13 @@ def grow_tree(tree_no: int, gi: np.ndarray, hi: np.ndarray, guest_bins: np.ndarr
         if depth == 0:
             want = [0]
         else:
-            want = [index[l] if counts[l] <= counts[r] else index[r] for _, l, r in pairs]
+            want = [index[left] if counts[left] <= counts[right] else index[right]
+                    for _, left, right in pairs]
         built = host.histograms(tree_no, depth, local, len(active), want)
         host_hist = np.zeros((built.shape[0], 2, len(active), p.num_bins), np.int64)
         host_hist[:, :, want, :] = built
-        for (parent, l, r), w in zip(pairs, want):
-            other = index[r] if w == index[l] else index[l]
+        for (parent, left, right), w in zip(pairs, want):
+            other = index[right] if w == index[left] else index[left]
             host_hist[:, :, other, :] = parent_hist[parent] - host_hist[:, :, w, :]
         parent_hist = {nid: host_hist[:, :, i, :] for i, nid in enumerate(active)}
         with t.subtask("SBT: split finding (guest)", "plaintext"):

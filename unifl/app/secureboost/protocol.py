@@ -293,7 +293,6 @@ def _host(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | N
     channel.send("guest", "sbt/info", {"rows": int(n), "features": bins_tr.shape[1],
                                        "scale_bits": int(p.scale_bits),
                                        "chunk_rows": int(p.chunk_rows)})
-    nb = p.num_bins
     guard = HostGuard(n, bins_tr.shape[1], p)
     records: list[tuple[int, float, int]] = []   # lookup table: record id -> (feature, threshold, bin)
     for k in range(p.n_trees):

@@ -39,11 +39,6 @@ MIN_KEY_BITS = 1024
 #: from a peer costs nothing (and n² stays within the Montgomery layer's 16384-bit limit)
 MAX_KEY_BITS = 8192
 
-__all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "MAX_KEY_BITS",
-           "encrypt_limbs", "decrypt_limbs", "require_units", "paillier_encrypt",
-           "paillier_encrypt_fixed_base", "paillier_encrypt_owner",
-           "paillier_encrypt_owner_fixed_base", "paillier_decrypt"]
-
 
 #: memory budget of the default DJN comb table (see :meth:`PublicKey.enable_fixed_base`)
 FIXED_BASE_TABLE_BYTES = 32 << 20

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from ...core.backend import OPS, Backend, ProbeResult
 from ...core.contract import define_ops
