@@ -203,14 +203,16 @@ UNIFL_HD void mont_exp(u64 *r, const u64 *xbar, const u64 *e, int Le, const ModC
     u64 acc[LMAX];
     {
         const int d = nd - 1;
-        const unsigned dig = (unsigned)(e[d / digits_per_limb] >> ((d % digits_per_limb) * kWindow)) &
-                             ((1u << kWindow) - 1);
+        const unsigned dig =
+            (unsigned)(e[d / digits_per_limb] >> ((d % digits_per_limb) * kWindow)) &
+            ((1u << kWindow) - 1);
         copy(acc, table[dig], L);
     }
     for (int d = nd - 2; d >= 0; --d) {
         for (int s = 0; s < kWindow; ++s) mm<LMAX>(acc, acc, acc, k);
-        const unsigned dig = (unsigned)(e[d / digits_per_limb] >> ((d % digits_per_limb) * kWindow)) &
-                             ((1u << kWindow) - 1);
+        const unsigned dig =
+            (unsigned)(e[d / digits_per_limb] >> ((d % digits_per_limb) * kWindow)) &
+            ((1u << kWindow) - 1);
         if (dig) mm<LMAX>(acc, acc, table[dig], k);
     }
     copy(r, acc, L);

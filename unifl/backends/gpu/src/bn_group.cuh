@@ -77,14 +77,16 @@ struct DeviceChain {
     __device__ __forceinline__ u64 mad_cc(u32 a, u32 b, u64 c) {
         u64 d;
         asm volatile("{.reg .u64 p;\n\tmul.wide.u32 p, %1, %2;\n\tadd.cc.u64 %0, p, %3;}"
-                     : "=l"(d) : "r"(a), "r"(b), "l"(c));
+                     : "=l"(d)
+                     : "r"(a), "r"(b), "l"(c));
         return d;
     }
     // c + a·b + carry, sets the carry flag
     __device__ __forceinline__ u64 madc_cc(u32 a, u32 b, u64 c) {
         u64 d;
         asm volatile("{.reg .u64 p;\n\tmul.wide.u32 p, %1, %2;\n\taddc.cc.u64 %0, p, %3;}"
-                     : "=l"(d) : "r"(a), "r"(b), "l"(c));
+                     : "=l"(d)
+                     : "r"(a), "r"(b), "l"(c));
         return d;
     }
     __device__ __forceinline__ u64 add_cc(u64 a, u64 b) {
@@ -165,9 +167,13 @@ struct WarpLanes {
     }
     __device__ __forceinline__ static W lane() { return threadIdx.x & (TPI - 1); }
     // value of lane `src` (uniform) to every lane, as a uniform scalar
-    __device__ __forceinline__ static u32 bcast(W x, int src) { return __shfl_sync(mask(), x, src, TPI); }
+    __device__ __forceinline__ static u32 bcast(W x, int src) {
+        return __shfl_sync(mask(), x, src, TPI);
+    }
     // lane i gets lane (i + 1) mod TPI's value (the top lane gets lane 0's)
-    __device__ __forceinline__ static W next(W x) { return __shfl_sync(mask(), x, (int)lane() + 1, TPI); }
+    __device__ __forceinline__ static W next(W x) {
+        return __shfl_sync(mask(), x, (int)lane() + 1, TPI);
+    }
     // lane i gets lane i + d's value (0 past the top lane)
     __device__ __forceinline__ static W down(W x, int d) {
         const W y = __shfl_down_sync(mask(), x, d, TPI);
@@ -193,7 +199,9 @@ struct WarpLanes {
         const u32 b = __ballot_sync(mask(), p) >> base();
         return TPI == 32 ? b : b & ((1u << (TPI & 31)) - 1u);
     }
-    __device__ __forceinline__ static D gather(const u64 *p, D idx, B ok) { return ok ? p[idx] : 0ull; }
+    __device__ __forceinline__ static D gather(const u64 *p, D idx, B ok) {
+        return ok ? p[idx] : 0ull;
+    }
     // a read that bypasses L1: values another block wrote before a fence (see arrive)
     __device__ __forceinline__ static D gather_cg(const u64 *p, D idx, B ok) {
         return ok ? __ldcg(p + idx) : 0ull;
@@ -250,20 +258,20 @@ struct Id {
     typedef T type;
 };
 
-#define UNIFL_LANE_BINOP(op, R)                                                                          \
-    template <class T, int N>                                                                            \
-    inline Lanes<R, N> operator op(const Lanes<T, N> &a, const Lanes<T, N> &b) {                         \
-        Lanes<R, N> r;                                                                                   \
-        for (int i = 0; i < N; ++i) r.v[i] = (R)(a.v[i] op b.v[i]);                                      \
-        return r;                                                                                        \
-    }                                                                                                    \
-    template <class T, int N>                                                                            \
-    inline Lanes<R, N> operator op(const Lanes<T, N> &a, typename Id<T>::type b) {                       \
-        return a op Lanes<T, N>(b);                                                                      \
-    }                                                                                                    \
-    template <class T, int N>                                                                            \
-    inline Lanes<R, N> operator op(typename Id<T>::type a, const Lanes<T, N> &b) {                       \
-        return Lanes<T, N>(a) op b;                                                                      \
+#define UNIFL_LANE_BINOP(op, R) \
+    template <class T, int N> \
+    inline Lanes<R, N> operator op(const Lanes<T, N> &a, const Lanes<T, N> &b) { \
+        Lanes<R, N> r; \
+        for (int i = 0; i < N; ++i) r.v[i] = (R)(a.v[i] op b.v[i]); \
+        return r; \
+    } \
+    template <class T, int N> \
+    inline Lanes<R, N> operator op(const Lanes<T, N> &a, typename Id<T>::type b) { \
+        return a op Lanes<T, N>(b); \
+    } \
+    template <class T, int N> \
+    inline Lanes<R, N> operator op(typename Id<T>::type a, const Lanes<T, N> &b) { \
+        return Lanes<T, N>(a) op b; \
     }
 UNIFL_LANE_BINOP(+, T)
 UNIFL_LANE_BINOP(-, T)
@@ -336,7 +344,8 @@ struct HostChain {
         D r;
         Lanes<u32, N> out;
         for (int i = 0; i < N; ++i) {
-            const unsigned __int128 s = (unsigned __int128)((u64)a.v[i] * b.v[i]) + c.v[i] + (cin ? take(i) : 0u);
+            const unsigned __int128 s =
+                (unsigned __int128)((u64)a.v[i] * b.v[i]) + c.v[i] + (cin ? take(i) : 0u);
             r.v[i] = (u64)s;
             out.v[i] = (u32)(s >> 64);
         }
@@ -477,7 +486,9 @@ struct HostLanes {
 __device__ __forceinline__ u64 widen(u32 a) { return a; }
 __device__ __forceinline__ u32 narrow(u64 a) { return (u32)a; }
 template <class T>
-__device__ __forceinline__ T sel(bool c, T a, T b) { return c ? a : b; }
+__device__ __forceinline__ T sel(bool c, T a, T b) {
+    return c ? a : b;
+}
 #endif
 
 // ================================================================================ numbers
@@ -491,7 +502,8 @@ template <class G, int LPT>
 UNIFL_HD void set_u32(Num<G, LPT> &x, u32 low) {  // x = low (a one-word value)
     const typename G::B l0 = G::lane() == 0u;
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) x.w[k] = sel(l0, typename G::W(k == 0 ? low : 0u), typename G::W(0u));
+    for (int k = 0; k < LPT; ++k)
+        x.w[k] = sel(l0, typename G::W(k == 0 ? low : 0u), typename G::W(0u));
 }
 
 // Moves a full group's number to a half group: on the device the same registers (each thread is in
@@ -535,7 +547,8 @@ template <class G, int LPT>
 UNIFL_HD void keep_words_below(Num<G, LPT> &x, int words) {
     const typename G::W first = G::lane() * (u32)LPT;
     UNIFL_UNROLL
-    for (int k = 0; k < LPT; ++k) x.w[k] = sel(first + (u32)k < (u32)words, x.w[k], typename G::W(0u));
+    for (int k = 0; k < LPT; ++k)
+        x.w[k] = sel(first + (u32)k < (u32)words, x.w[k], typename G::W(0u));
 }
 
 // ---- global memory: element i of a batch of 64-bit limbs (limb j at src[i·se + j·sl]), L limbs,
@@ -779,7 +792,8 @@ UNIFL_HD void mont_step(typename G::D (&x)[LPT / 2], typename G::W &xt, typename
 // two sums are joined once at the end.  Per word of a, per lane: 2·LPT products in four chains of
 // LPT/2, three shuffles (a_i, t_0 for q, the word moving down) and a handful of adds.
 template <class G, int LPT>
-UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+UNIFL_HD void mont_mul(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b,
+                       const Mod<G, LPT> &md) {
     typedef typename G::W W;
     typedef typename G::D D;
     constexpr int H = LPT / 2;
@@ -864,7 +878,8 @@ UNIFL_HD void mont_one(Num<G, LPT> &r, const Mod<G, LPT> &md) {  // R mod m
 
 // r = (a + b) mod m for a, b < m
 template <class G, int LPT>
-UNIFL_HD void mod_add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+UNIFL_HD void mod_add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b,
+                      const Mod<G, LPT> &md) {
     const u32 c = add<G, LPT>(r, a, b);
     reduce_once<G, LPT>(r, r, c, md);
 }
@@ -872,7 +887,8 @@ UNIFL_HD void mod_add(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b
 // r = (a − b) mod m for a, b < m
 // (no branch: m or 0 is added, so the groups of a warp stay converged)
 template <class G, int LPT>
-UNIFL_HD void mod_sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b, const Mod<G, LPT> &md) {
+UNIFL_HD void mod_sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b,
+                      const Mod<G, LPT> &md) {
     const bool borrow = sub<G, LPT>(r, a, b) != 0;
     Num<G, LPT> m;
     UNIFL_UNROLL
@@ -884,7 +900,8 @@ UNIFL_HD void mod_sub(Num<G, LPT> &r, const Num<G, LPT> &a, const Num<G, LPT> &b
 // it); a has at most `a_words` nonzero words.  Schoolbook by words of a: b shifts up one word per
 // step, every lane adds a_i·(its words of b), carries pending per lane as in mont_mul.
 template <class G, int LPT>
-UNIFL_HD void mul_low(Num<G, LPT> &r, const Num<G, LPT> &a, int a_words, const Num<G, LPT> &b, int words) {
+UNIFL_HD void mul_low(Num<G, LPT> &r, const Num<G, LPT> &a, int a_words, const Num<G, LPT> &b,
+                      int words) {
     typedef typename G::D D;
     Num<G, LPT> t, s = b;
     UNIFL_UNROLL
@@ -944,7 +961,9 @@ constexpr int kMinWindow = 3, kMaxWindow = 5;
 // Words of shared memory one group's window table takes (plus TPI words of skew so that the
 // tables of the groups of a warp start in different banks).
 template <class G, int LPT>
-UNIFL_HD constexpr int table_words(int w) { return (1 << w) * LPT * G::TPI + G::TPI; }
+UNIFL_HD constexpr int table_words(int w) {
+    return (1 << w) * LPT * G::TPI + G::TPI;
+}
 
 // w bits of a (La limbs) from bit `pos`, 0 past them (uniform: every lane reads the same words)
 UNIFL_HD unsigned bits_at(const u64 *a, int La, int pos, int w) {
@@ -974,8 +993,8 @@ UNIFL_HD int exp_digits(const u64 *e, int Le, int w) {
 // (by entry 0 = R mod m), so the instruction stream depends only on nd -- the CRT halves of a
 // group (different exponents, same nd) then run in step, and so do the groups of a converged warp.
 template <class G, int LPT>
-UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, int Le, int nd, bool always_mul,
-                       const Mod<G, LPT> &md, u32 *tab, int w) {
+UNIFL_HD void mont_exp(Num<G, LPT> &r, const Num<G, LPT> &xbar, const u64 *e, int Le, int nd,
+                       bool always_mul, const Mod<G, LPT> &md, u32 *tab, int w) {
     const int row = LPT * G::TPI;
     Num<G, LPT> acc, t;
     mont_one<G, LPT>(acc, md);

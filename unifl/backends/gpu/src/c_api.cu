@@ -42,10 +42,12 @@ const char *unifl_gpu_error_string(int err) {
     if (err == kErrSize) return "operand size outside the instantiated kernels (up to 8192 bits)";
     if (err == kErrNoDevice) return "no such CUDA device";
     if (err == kErrAlloc) return "host allocation failed";
-    if (err == kErrLayout) return "a device batch or table lives on another device than the operation";
+    if (err == kErrLayout)
+        return "a device batch or table lives on another device than the operation";
     if (err == kErrShape) return "operand rows or limbs do not fit the operation";
     if (err == kErrSmem)
-        return "the group kernel needs more shared memory per block (key blob and window tables) than "
+        return "the group kernel needs more shared memory per block (key blob and window tables) "
+               "than "
                "this device allows";
     if (err == kErrWindow) return "the window must be 3, 4 or 5 bits (0: chosen by occupancy)";
     return cudaGetErrorString((cudaError_t)err);
@@ -102,10 +104,16 @@ int unifl_gpu_key_upload(const u64 *blob, long long len, int kind, int device, v
     if (!k) return kErrAlloc;
     k->host.assign(blob, blob + len);
     k->dev = d;
-    k->lmax = kind == 0 ? unifl_gpu::ctx_lmax(blob) : kind == 1 ? unifl_gpu::pub_lmax(blob)
-              : kind == 2 ? unifl_gpu::priv_lmax(blob) : kind == 3 ? unifl_gpu::owner_lmax(blob) : 0;
-    k->glmax = kind == 0 ? unifl_gpu::ctx_lmax(blob) : kind == 1 ? unifl_gpu::pub_lmax(blob)
-               : kind == 2 ? coop::priv_group_lmax(blob) : kind == 3 ? coop::owner_group_lmax(blob) : 0;
+    k->lmax = kind == 0   ? unifl_gpu::ctx_lmax(blob)
+              : kind == 1 ? unifl_gpu::pub_lmax(blob)
+              : kind == 2 ? unifl_gpu::priv_lmax(blob)
+              : kind == 3 ? unifl_gpu::owner_lmax(blob)
+                          : 0;
+    k->glmax = kind == 0   ? unifl_gpu::ctx_lmax(blob)
+               : kind == 1 ? unifl_gpu::pub_lmax(blob)
+               : kind == 2 ? coop::priv_group_lmax(blob)
+               : kind == 3 ? coop::owner_group_lmax(blob)
+                           : 0;
     if ((!k->lmax && !k->glmax) || len * 8 > kMaxSharedKey) {
         delete k;
         return kErrSize;
@@ -161,7 +169,8 @@ int unifl_gpu_table_upload(const u64 *host, long long words, int device, void **
     e = on_device(*d, [&](Device &dv) -> int {
         cudaError_t ce;
         if ((ce = cudaMalloc((void **)&t->ptr, size_t(words) * 8))) return (int)ce;
-        if ((ce = cudaMemcpy(t->ptr, host, size_t(words) * 8, cudaMemcpyHostToDevice))) return (int)ce;
+        if ((ce = cudaMemcpy(t->ptr, host, size_t(words) * 8, cudaMemcpyHostToDevice)))
+            return (int)ce;
         dv.uploads += 1;
         return 0;
     });
@@ -195,10 +204,12 @@ int unifl_gpu_batch_upload(const u64 *host, long long n, int L, int device, void
     int e = open_device(device, &d);
     if (e) return e;
     Operand src{nullptr, host, n, L};
-    return run_op(*d, n, {&src}, {L}, L, out, [&](Device &dv, DBatch &o, const std::vector<View> &v, u64 *) -> int {
-        const int r = launch_relayout(dv, n, L, o.ptr, limb_major(o), v[0].ptr, v[0].lay);
-        return r ? r : finish(dv);
-    });
+    return run_op(*d, n, {&src}, {L}, L, out,
+                  [&](Device &dv, DBatch &o, const std::vector<View> &v, u64 *) -> int {
+                      const int r =
+                          launch_relayout(dv, n, L, o.ptr, limb_major(o), v[0].ptr, v[0].lay);
+                      return r ? r : finish(dv);
+                  });
 }
 
 // device batch -> (n, L) element-major host rows (relayout on the device, then one copy).
@@ -211,7 +222,8 @@ int unifl_gpu_batch_download(void *batch, u64 *host) {
         cudaError_t e = d.reserve(w, w);
         if (e) return (int)e;
         launch_relayout(d, n, L, d.arena, Lay{L, 1}, b->ptr, limb_major(*b));
-        if ((e = cudaMemcpyAsync(d.pinned, d.arena, w * 8, cudaMemcpyDeviceToHost, d.stream))) return (int)e;
+        if ((e = cudaMemcpyAsync(d.pinned, d.arena, w * 8, cudaMemcpyDeviceToHost, d.stream)))
+            return (int)e;
         d.downloads += 1;
         int r = finish(d);
         if (!r) std::memcpy(host, d.pinned, w * 8);
@@ -238,16 +250,17 @@ int unifl_gpu_mul(void *key, Operand a, Operand b, long long n, int mode, int gr
     const int L = (int)k.host[1];
     *out = nullptr;
     if (group && !k.glmax) return kErrSize;
-    return run_op(*k.dev, n, {&a, &b}, {L, L}, L, out, [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int r = launch_mul(d, k, group != 0, n, o, v[0], v[1], mode);
-        return r ? r : finish(d);
-    });
+    return run_op(*k.dev, n, {&a, &b}, {L, L}, L, out,
+                  [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
+                      const int r = launch_mul(d, k, group != 0, n, o, v[0], v[1], mode);
+                      return r ? r : finish(d);
+                  });
 }
 
 // out = base^e (mode 1: plain in/out) or x̄^e in the domain (mode 0); exps: host rows (n|1, le).
 // window, shape: the cooperative kernels' Tuning (launch.cuh).
-int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, int group, int window, int shape,
-                  void **out) {
+int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, int group,
+                  int window, int shape, void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     *out = nullptr;
@@ -256,10 +269,11 @@ int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, 
     if (!window_ok(window)) return kErrWindow;
     return run_op(*k.dev, n, {&base, &exps}, {L, exps.limbs}, L, out,
                   [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int shared = exps.rows == 1 && n != 1;
-        const int r = launch_exp(d, k, group != 0, Tuning{window, shape}, n, o, v[0], v[1], exps.limbs, shared, mode);
-        return r ? r : finish(d);
-    });
+                      const int shared = exps.rows == 1 && n != 1;
+                      const int r = launch_exp(d, k, group != 0, Tuning{window, shape}, n, o, v[0],
+                                               v[1], exps.limbs, shared, mode);
+                      return r ? r : finish(d);
+                  });
 }
 
 // out[kk] = prod_i bases_i^exps[kk, i] (Montgomery form), kk < K (UniFL Alg. 5).  exps: host
@@ -269,8 +283,8 @@ int unifl_gpu_exp(void *key, Operand base, Operand exps, long long n, int mode, 
 //   group != 0: ONE launch of K·P groups, P = ceil(N / chunk): each multiplies the powers of its
 //               `chunk` columns, and the last part of a row to arrive multiplies the row's P partials
 //               (scratch: K·P rows, element-major; K counters zeroed before the launch).
-int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, long long K, int le, int group,
-                        long long chunk, int window, void **out) {
+int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, long long K, int le,
+                        int group, long long chunk, int window, void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     *out = nullptr;
@@ -300,9 +314,10 @@ int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, 
             if (!bases.batch) bptr = st[1];
             u64 *scratch = rest;
             unsigned int *counters = reinterpret_cast<unsigned int *>(rest + scratch_words);
-            if ((r = (int)cudaMemsetAsync(counters, 0, size_t(K) * sizeof(unsigned int), d.stream))) return r;
-            r = launch_multi_exp_group(d, k, Tuning{window, 0}, K * P, res, bptr, lay_b, st[0], le, N, P, chunk,
-                                       scratch, counters);
+            if ((r = (int)cudaMemsetAsync(counters, 0, size_t(K) * sizeof(unsigned int), d.stream)))
+                return r;
+            r = launch_multi_exp_group(d, k, Tuning{window, 0}, K * P, res, bptr, lay_b, st[0], le,
+                                       N, P, chunk, scratch, counters);
             return r ? r : finish(d);
         }
         const size_t ws = size_t(S) * L;
@@ -322,8 +337,9 @@ int unifl_gpu_multi_exp(void *key, Operand bases, long long N, const u64 *exps, 
 // (begin/end index order); an empty group has one empty chunk (R mod m).  Both are host arrays,
 // staged with a host `a`.  The kernel trusts them, so every index is checked here first: a stray
 // one would read or write out of bounds, and a device fault poisons the whole CUDA context.
-int unifl_gpu_prod_groups(void *key, Operand a, long long n, const long long *order, const long long *plan,
-                          long long chunks, long long num_groups, void **out) {
+int unifl_gpu_prod_groups(void *key, Operand a, long long n, const long long *order,
+                          const long long *plan, long long chunks, long long num_groups,
+                          void **out) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     *out = nullptr;
@@ -331,7 +347,7 @@ int unifl_gpu_prod_groups(void *key, Operand a, long long n, const long long *or
     if (!k.glmax) return kErrSize;
     int e = n > 0 ? check_operand(a, n, L, *k.dev) : 0;
     if (e) return e;
-    if (n > 0 && !a.batch && a.rows != n) return kErrShape;   // one shared row is no grouped input
+    if (n > 0 && !a.batch && a.rows != n) return kErrShape;  // one shared row is no grouped input
     {
         std::vector<char> seen(size_t(n), 0), covered(size_t(num_groups), 0);
         for (long long j = 0; j < n; ++j) {
@@ -340,8 +356,8 @@ int unifl_gpu_prod_groups(void *key, Operand a, long long n, const long long *or
         }
         for (long long c = 0; c < chunks; ++c) {
             const long long *r = plan + c * 5;
-            if (!(r[0] >= 0 && r[0] < num_groups && 0 <= r[1] && r[1] <= r[2] && r[2] <= n && r[4] >= 1 &&
-                  r[3] >= 0 && r[3] + r[4] <= chunks && c >= r[3] && c < r[3] + r[4]))
+            if (!(r[0] >= 0 && r[0] < num_groups && 0 <= r[1] && r[1] <= r[2] && r[2] <= n &&
+                  r[4] >= 1 && r[3] >= 0 && r[3] + r[4] <= chunks && c >= r[3] && c < r[3] + r[4]))
                 return kErrShape;
             // the chunks of one group agree on it (the counter's last arrival is chunks − 1)
             const long long *f = plan + r[3] * 5;
@@ -363,12 +379,14 @@ int unifl_gpu_prod_groups(void *key, Operand a, long long n, const long long *or
         const long long *dplan = reinterpret_cast<const long long *>(st[0]);
         const long long *dorder = n > 0 ? reinterpret_cast<const long long *>(st[1]) : nullptr;
         const u64 *aptr = n == 0 ? nullptr : a.batch ? ((const DBatch *)a.batch)->ptr : st[2];
-        Lay lay_a;   // (a conditional of two Lay{...} crashes cicc 13.0)
+        Lay lay_a;  // (a conditional of two Lay{...} crashes cicc 13.0)
         lay_a.se = a.batch ? 1 : L;
         lay_a.sl = a.batch ? n : 1;
         u64 *scratch = rest;
         unsigned int *counters = reinterpret_cast<unsigned int *>(rest + scratch_words);
-        if ((r = (int)cudaMemsetAsync(counters, 0, size_t(num_groups) * sizeof(unsigned int), d.stream))) return r;
+        if ((r = (int)cudaMemsetAsync(counters, 0, size_t(num_groups) * sizeof(unsigned int),
+                                      d.stream)))
+            return r;
         r = launch_prod_groups(d, k, chunks, res, aptr, lay_a, dorder, dplan, scratch, counters);
         return r ? r : finish(d);
     });
@@ -378,36 +396,41 @@ int unifl_gpu_prod_groups(void *key, Operand a, long long n, const long long *or
 // `chunk` rows (Montgomery's trick), one launch.  *bad: the number of chunks holding a row that
 // shares a factor with the modulus (their rows are then undefined; the caller refuses the batch),
 // copied back after the launch (counted as a download).
-int unifl_gpu_inverse(void *key, Operand a, long long n, long long chunk, void **out, unsigned int *bad) {
+int unifl_gpu_inverse(void *key, Operand a, long long n, long long chunk, void **out,
+                      unsigned int *bad) {
     Key &k = *(Key *)key;
     const int L = (int)k.host[1];
     *out = nullptr;
     *bad = 0;
     if (chunk < 1) return kErrShape;
     if (!k.glmax) return kErrSize;
-    if (!a.batch && a.rows != n) return kErrShape;   // a shared row: no batch to invert
+    if (!a.batch && a.rows != n) return kErrShape;  // a shared row: no batch to invert
     const long long inst = n > 0 ? (n + chunk - 1) / chunk : 0;
-    return run_op(*k.dev, n, {&a}, {L}, L, out, [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *rest) {
-        unsigned int *dbad = reinterpret_cast<unsigned int *>(rest);
-        int r = (int)cudaMemsetAsync(dbad, 0, sizeof(unsigned int), d.stream);
-        if (r) return r;
-        if ((r = launch_inverse(d, k, inst, o, v[0], n, chunk, dbad))) return r;
-        // d.pinned holds at least one word (stage reserves it); the copy is stream-ordered after the
-        // staging upload that used it
-        if ((r = (int)cudaMemcpyAsync(d.pinned, dbad, sizeof(unsigned int), cudaMemcpyDeviceToHost, d.stream)))
-            return r;
-        d.downloads += 1;
-        if ((r = finish(d))) return r;
-        std::memcpy(bad, d.pinned, sizeof(unsigned int));
-        return 0;
-    }, 1);
+    return run_op(
+        *k.dev, n, {&a}, {L}, L, out,
+        [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *rest) {
+            unsigned int *dbad = reinterpret_cast<unsigned int *>(rest);
+            int r = (int)cudaMemsetAsync(dbad, 0, sizeof(unsigned int), d.stream);
+            if (r) return r;
+            if ((r = launch_inverse(d, k, inst, o, v[0], n, chunk, dbad))) return r;
+            // d.pinned holds at least one word (stage reserves it); the copy is stream-ordered after the
+            // staging upload that used it
+            if ((r = (int)cudaMemcpyAsync(d.pinned, dbad, sizeof(unsigned int),
+                                          cudaMemcpyDeviceToHost, d.stream)))
+                return r;
+            d.downloads += 1;
+            if ((r = finish(d))) return r;
+            std::memcpy(bad, d.pinned, sizeof(unsigned int));
+            return 0;
+        },
+        1);
 }
 
 // DJN fixed-base encryption (public key): out_i = (1 + m_i·n)·hs^(a_i)·R mod n², hs^a from the comb
 // table of n² (`table`: nwin × (2^w − 1) entries of L2 limbs, unifl_gpu_table_upload), m (n, Ln),
 // a host rows (n, La) whose bits past nwin·w must be zero.  One launch.
-int unifl_gpu_fixed_base(void *pub, void *table, int w, int nwin, Operand m, const u64 *a, int La, long long n,
-                         void **out) {
+int unifl_gpu_fixed_base(void *pub, void *table, int w, int nwin, Operand m, const u64 *a, int La,
+                         long long n, void **out) {
     Key &k = *(Key *)pub;
     const unifl_gpu::PubKey pk = unifl_gpu::parse_pub(k.host.data());
     *out = nullptr;
@@ -419,35 +442,38 @@ int unifl_gpu_fixed_base(void *pub, void *table, int w, int nwin, Operand m, con
     const Table &t = *(const Table *)table;
     return run_op(*k.dev, n, {&m, &ea}, {pk.Ln, La}, pk.n2.L, out,
                   [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int r = launch_fixed_base(d, k, t, w, nwin, n, o, v[0], v[1].ptr, La);
-        return r ? r : finish(d);
-    });
+                      const int r = launch_fixed_base(d, k, t, w, nwin, n, o, v[0], v[1].ptr, La);
+                      return r ? r : finish(d);
+                  });
 }
 
 // The key owner's DJN encryption: hs^a mod p² and mod q² from the comb tables tp (nwin × (2^w − 1)
 // entries of Lp2 limbs) and tq (of Lq2 limbs) in the two half groups, Garner's combine and the
 // finish in one launch.  Same operands as unifl_gpu_fixed_base otherwise.
-int unifl_gpu_owner_fixed_base(void *owner, void *tp, void *tq, int w, int nwin, Operand m, const u64 *a, int La,
-                               long long n, void **out) {
+int unifl_gpu_owner_fixed_base(void *owner, void *tp, void *tq, int w, int nwin, Operand m,
+                               const u64 *a, int La, long long n, void **out) {
     Key &k = *(Key *)owner;
     const unifl_gpu::OwnerKey ok_ = unifl_gpu::parse_owner(k.host.data());
     *out = nullptr;
     if (!k.glmax) return kErrSize;
     int e;
-    if ((e = check_table(tp, *k.dev, w, nwin, ok_.p2.L)) || (e = check_table(tq, *k.dev, w, nwin, ok_.q2.L))) return e;
+    if ((e = check_table(tp, *k.dev, w, nwin, ok_.p2.L)) ||
+        (e = check_table(tq, *k.dev, w, nwin, ok_.q2.L)))
+        return e;
     if (!a || La < 1 || n <= 0 || !exponents_fit(a, n, La, (long long)nwin * w)) return kErrShape;
     Operand ea{nullptr, a, n, La};
     const Table &p = *(const Table *)tp, &q = *(const Table *)tq;
     return run_op(*k.dev, n, {&m, &ea}, {ok_.Ln, La}, ok_.n2.L, out,
                   [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int r = launch_owner_fixed_base(d, k, p, q, w, nwin, n, o, v[0], v[1].ptr, La);
-        return r ? r : finish(d);
-    });
+                      const int r =
+                          launch_owner_fixed_base(d, k, p, q, w, nwin, n, o, v[0], v[1].ptr, La);
+                      return r ? r : finish(d);
+                  });
 }
 
 // Fused Paillier encryption (Alg. 4): m, r (n, Ln); out (n, L2), Montgomery form mod n².
-int unifl_gpu_paillier_encrypt(void *pub, Operand m, Operand r, long long n, int group, int window, int shape,
-                               void **out) {
+int unifl_gpu_paillier_encrypt(void *pub, Operand m, Operand r, long long n, int group, int window,
+                               int shape, void **out) {
     Key &k = *(Key *)pub;
     const unifl_gpu::PubKey pk = unifl_gpu::parse_pub(k.host.data());
     *out = nullptr;
@@ -455,16 +481,17 @@ int unifl_gpu_paillier_encrypt(void *pub, Operand m, Operand r, long long n, int
     if (!window_ok(window)) return kErrWindow;
     return run_op(*k.dev, n, {&m, &r}, {pk.Ln, pk.Ln}, pk.n2.L, out,
                   [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int e = launch_encrypt(d, k, group != 0, Tuning{window, shape}, n, o, v[0], v[1]);
-        return e ? e : finish(d);
-    });
+                      const int e =
+                          launch_encrypt(d, k, group != 0, Tuning{window, shape}, n, o, v[0], v[1]);
+                      return e ? e : finish(d);
+                  });
 }
 
 // Key-owner encryption with the CRT (body_paillier_encrypt_owner): m (n, Ln), yp (n, Lp),
 // yq (n, Lq); out (n, L2), Montgomery form mod n².  Both halves, the combine and the finish in one
 // kernel launch (per wave); the three operands staged in one copy when they come from the host.
-int unifl_gpu_paillier_encrypt_owner(void *owner, Operand m, Operand yp, Operand yq, long long n, int group,
-                                     int window, void **out) {
+int unifl_gpu_paillier_encrypt_owner(void *owner, Operand m, Operand yp, Operand yq, long long n,
+                                     int group, int window, void **out) {
     Key &k = *(Key *)owner;
     const unifl_gpu::OwnerKey ok_ = unifl_gpu::parse_owner(k.host.data());
     *out = nullptr;
@@ -472,23 +499,25 @@ int unifl_gpu_paillier_encrypt_owner(void *owner, Operand m, Operand yp, Operand
     if (!window_ok(window)) return kErrWindow;
     return run_op(*k.dev, n, {&m, &yp, &yq}, {ok_.Ln, ok_.Lp, ok_.Lq}, ok_.n2.L, out,
                   [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int e = launch_encrypt_owner(d, k, group != 0, Tuning{window, 0}, n, o, v[0], v[1], v[2]);
-        return e ? e : finish(d);
-    });
+                      const int e = launch_encrypt_owner(d, k, group != 0, Tuning{window, 0}, n, o,
+                                                         v[0], v[1], v[2]);
+                      return e ? e : finish(d);
+                  });
 }
 
 // CRT decryption: c (n, L2) Montgomery form mod n² -> m (n, Ln).
-int unifl_gpu_paillier_decrypt(void *priv, Operand c, long long n, int group, int window, void **out) {
+int unifl_gpu_paillier_decrypt(void *priv, Operand c, long long n, int group, int window,
+                               void **out) {
     Key &k = *(Key *)priv;
     const unifl_gpu::PrivKey sk = unifl_gpu::parse_priv(k.host.data());
     *out = nullptr;
     if (group && !k.glmax) return kErrSize;
     if (!window_ok(window)) return kErrWindow;
-    return run_op(*k.dev, n, {&c}, {sk.L2}, sk.Ln, out, [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-        const int e = launch_decrypt(d, k, group != 0, Tuning{window, 0}, n, o, v[0]);
-        return e ? e : finish(d);
-    });
+    return run_op(*k.dev, n, {&c}, {sk.L2}, sk.Ln, out,
+                  [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
+                      const int e = launch_decrypt(d, k, group != 0, Tuning{window, 0}, n, o, v[0]);
+                      return e ? e : finish(d);
+                  });
 }
 
 }  // extern "C"
-

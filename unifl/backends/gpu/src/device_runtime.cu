@@ -78,7 +78,8 @@ int open_device(int id, Device **out) {
         dev->id = id;
         cudaError_t ce;
         int optin = 0, sms = 0;
-        if ((ce = cudaSetDevice(id)) || (ce = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking)) ||
+        if ((ce = cudaSetDevice(id)) ||
+            (ce = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking)) ||
             (ce = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, id)) ||
             (ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, id))) {
             delete dev;
@@ -114,7 +115,8 @@ int allow_smem(Device &d, const void *kernel, size_t bytes) {
     if (bytes > d.smem_optin) return kErrSmem;
     size_t &allowed = d.smem_allowed[kernel];
     if (allowed >= bytes) return 0;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e) return (int)e;
     allowed = bytes;
     return 0;
@@ -129,8 +131,8 @@ void free_batch(DBatch *b) {
     delete b;
 }
 
-int stage_blocks(Device &d, const std::vector<HostBlock> &blocks, std::vector<u64 *> &dev, size_t extra_dev_words,
-                 u64 **rest) {
+int stage_blocks(Device &d, const std::vector<HostBlock> &blocks, std::vector<u64 *> &dev,
+                 size_t extra_dev_words, u64 **rest) {
     size_t total = 0;
     for (const HostBlock &b : blocks) total += b.words;
     cudaError_t e = d.reserve(std::max<size_t>(total, 1), total + extra_dev_words + 1);
@@ -143,7 +145,8 @@ int stage_blocks(Device &d, const std::vector<HostBlock> &blocks, std::vector<u6
         off += b.words;
     }
     if (total) {
-        if ((e = cudaMemcpyAsync(d.arena, d.pinned, total * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
+        if ((e = cudaMemcpyAsync(d.arena, d.pinned, total * 8, cudaMemcpyHostToDevice, d.stream)))
+            return (int)e;
         d.uploads += 1;
     }
     if (rest) *rest = d.arena + total;
@@ -153,7 +156,8 @@ int stage_blocks(Device &d, const std::vector<HostBlock> &blocks, std::vector<u6
 int stage(Device &d, long long cnt, const std::vector<const Operand *> &ops, std::vector<View> &out,
           size_t extra_dev_words, u64 **rest) {
     std::vector<HostBlock> blocks;
-    for (const Operand *o : ops) blocks.push_back(HostBlock{o->host, size_t(o->rows == 1 ? 1 : cnt) * o->limbs});
+    for (const Operand *o : ops)
+        blocks.push_back(HostBlock{o->host, size_t(o->rows == 1 ? 1 : cnt) * o->limbs});
     std::vector<u64 *> dev;
     int r = stage_blocks(d, blocks, dev, extra_dev_words, rest);
     if (r) return r;
@@ -161,7 +165,9 @@ int stage(Device &d, long long cnt, const std::vector<const Operand *> &ops, std
     for (size_t j = 0; j < ops.size(); ++j) {
         View s;
         s.ptr = dev[j];
-        s.lay.se = ops[j]->rows == 1 ? 0 : ops[j]->limbs;  // (a conditional of two Lay{...} crashes cicc 13.0)
+        s.lay.se = ops[j]->rows == 1
+                       ? 0
+                       : ops[j]->limbs;  // (a conditional of two Lay{...} crashes cicc 13.0)
         s.lay.sl = 1;
         out.push_back(s);
     }
@@ -181,7 +187,9 @@ int check_operand(const Operand &o, long long n, int limbs, const Device &d) {
 bool exponents_fit(const u64 *a, long long n, int La, long long covered) {
     for (int l = 0; l < La; ++l) {
         const long long lo = 64LL * l;
-        const u64 keep = covered >= lo + 64 ? ~0ull : covered <= lo ? 0ull : ((1ull << (covered - lo)) - 1);
+        const u64 keep = covered >= lo + 64 ? ~0ull
+                         : covered <= lo    ? 0ull
+                                            : ((1ull << (covered - lo)) - 1);
         if (keep == ~0ull) continue;
         for (long long i = 0; i < n; ++i)
             if (a[i * La + l] & ~keep) return false;

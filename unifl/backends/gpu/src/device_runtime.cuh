@@ -51,19 +51,21 @@ using unifl_gpu::Lay;
 constexpr int kErrSize = -1;      // a size outside what the kernels are instantiated for
 constexpr int kErrNoDevice = -2;  // no device initialised, or a device index out of range
 constexpr int kErrAlloc = -3;     // host allocation failed
-constexpr int kErrLayout = -4;    // a device batch (or table) lives on another device than the op's key
-constexpr int kErrShape = -5;     // an operand's row or limb count does not fit the op
-constexpr int kErrSmem = -6;      // a group launch needs more shared memory per block than the device has
+constexpr int kErrLayout =
+    -4;  // a device batch (or table) lives on another device than the op's key
+constexpr int kErrShape = -5;  // an operand's row or limb count does not fit the op
+constexpr int kErrSmem =
+    -6;  // a group launch needs more shared memory per block than the device has
 constexpr int kMaxSharedKey = 48 * 1024;
 
 struct Device {
     int id = 0;
-    int sms = 1;                   // streaming multiprocessors (the wide-shape rule, launch.cuh)
+    int sms = 1;  // streaming multiprocessors (the wide-shape rule, launch.cuh)
     cudaStream_t stream = nullptr;
-    std::mutex mu;                 // one op at a time per device (pinned/arena reuse)
-    u64 *pinned = nullptr;         // host staging (cudaHostAlloc)
+    std::mutex mu;          // one op at a time per device (pinned/arena reuse)
+    u64 *pinned = nullptr;  // host staging (cudaHostAlloc)
     size_t pinned_words = 0;
-    u64 *arena = nullptr;          // device scratch for staged host operands
+    u64 *arena = nullptr;  // device scratch for staged host operands
     size_t arena_words = 0;
     size_t smem_optin = 48 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
     // the dynamic shared memory each group kernel was allowed on this device (under mu)
@@ -114,7 +116,8 @@ long long wave_size();
 template <class Launch>
 void in_waves(Device &d, long long n, Launch l) {
     const long long w = wave_size();
-    for (long long i0 = 0; i0 < n; i0 += w) launch(d, [&] { l(i0, (n < i0 + w ? n : i0 + w) - i0); });
+    for (long long i0 = 0; i0 < n; i0 += w)
+        launch(d, [&] { l(i0, (n < i0 + w ? n : i0 + w) - i0); });
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory per block on d (with d.mu held); kErrSmem past
@@ -208,8 +211,8 @@ int with_result(Device &d, long long n, int out_L, void **out, F fn) {
 // fn(device, output, views, rest) called, views[j] being where input j lies (its batch for a device
 // batch, else its staged rows); *out set only on success.
 template <class F>
-int run_op(Device &d, long long n, std::vector<const Operand *> inputs, std::vector<int> widths, int out_L,
-           void **out, F fn, size_t extra_dev_words = 0) {
+int run_op(Device &d, long long n, std::vector<const Operand *> inputs, std::vector<int> widths,
+           int out_L, void **out, F fn, size_t extra_dev_words = 0) {
     *out = nullptr;
     if (n <= 0 || out_L <= 0) return kErrShape;
     int e;

@@ -31,7 +31,7 @@
 #define _COOPERATIVE_GROUPS_H_
 #define UNIFL_CGBN_SKIPPED_CG
 #endif
-namespace cooperative_groups {}  // cgbn_cuda.h: namespace cg=cooperative_groups;
+namespace cooperative_groups {}  // namespace cooperative_groups
 #include <cgbn/cgbn.h>
 #ifdef UNIFL_CGBN_SKIPPED_CG
 #undef _COOPERATIVE_GROUPS_H_  // a later #include <cooperative_groups.h> still gets the real header
@@ -52,8 +52,10 @@ namespace unifl_cgbn {
 // index is the digit, so this is not constant time (nor is CGBN).  clz and extract_bits_ui32 return
 // instance-wide values, so the lanes of an instance never diverge.
 template <class env_t>
-__host__ __device__ __forceinline__ void powm_fixed4(env_t env, typename env_t::cgbn_t &r, typename env_t::cgbn_t &x,
-                                                     const typename env_t::cgbn_t &e, const typename env_t::cgbn_t &m) {
+__host__ __device__ __forceinline__ void powm_fixed4(env_t env, typename env_t::cgbn_t &r,
+                                                     typename env_t::cgbn_t &x,
+                                                     const typename env_t::cgbn_t &e,
+                                                     const typename env_t::cgbn_t &m) {
     typename env_t::cgbn_t table[16];  // x^d·R mod m, d = 0..15 (local memory on the device)
     if (cgbn_compare(env, x, m) >= 0) cgbn_rem(env, x, x, m);  // bn2mont wants x < m
     const uint32_t np0 = cgbn_bn2mont(env, table[1], x, m);
@@ -80,13 +82,13 @@ namespace unifl_cgbn {
 // CGBN's parameter class (cgbn_context_t<TPI, Params>) plus our TPI and BITS.
 template <uint32_t tpi, uint32_t bits>
 struct Params {
-    static const uint32_t TPB = 0;           // any blockDim.x (a multiple of TPI)
+    static const uint32_t TPB = 0;  // any blockDim.x (a multiple of TPI)
     static const uint32_t MAX_ROTATION = 4;
-    static const uint32_t SHM_LIMIT = 0;     // no shared memory for CGBN
+    static const uint32_t SHM_LIMIT = 0;      // no shared memory for CGBN
     static const bool CONSTANT_TIME = false;  // CGBN has no constant-time algorithms
     static const uint32_t TPI = tpi;
     static const uint32_t BITS = bits;
-    static const int WORDS = bits / 64;      // u64 words of a row
+    static const int WORDS = bits / 64;  // u64 words of a row
 };
 
 constexpr int kThreadsPerBlock = 128;
@@ -96,7 +98,8 @@ constexpr int kThreadsPerBlock = 128;
 // need not be reduced.  The early return drops whole instances: CGBN syncs only the TPI lanes of an
 // instance (instance_sync_mask), so instances of a warp may also run different exponent lengths.
 template <class P>
-__global__ void k_powm(u64 *out, const u64 *base, const u64 *exps, int e_shared, const u64 *mod, long long n) {
+__global__ void k_powm(u64 *out, const u64 *base, const u64 *exps, int e_shared, const u64 *mod,
+                       long long n) {
 #if defined(__CUDA_ARCH__)
     typedef cgbn_context_t<P::TPI, P> context_t;
     typedef cgbn_env_t<context_t, P::BITS> env_t;
@@ -108,7 +111,8 @@ __global__ void k_powm(u64 *out, const u64 *base, const u64 *exps, int e_shared,
     env_t env(ctx);
     // cgbn_load/cgbn_store take non-const cgbn_mem_t pointers; the inputs are only read
     mem_t *const x_row = reinterpret_cast<mem_t *>(const_cast<u64 *>(base + inst * P::WORDS));
-    mem_t *const e_row = reinterpret_cast<mem_t *>(const_cast<u64 *>(exps + (e_shared ? 0 : inst * P::WORDS)));
+    mem_t *const e_row =
+        reinterpret_cast<mem_t *>(const_cast<u64 *>(exps + (e_shared ? 0 : inst * P::WORDS)));
     mem_t *const m_row = reinterpret_cast<mem_t *>(const_cast<u64 *>(mod));
     bn_t x, e, m, r;
     cgbn_load(env, x, x_row);
@@ -122,10 +126,11 @@ __global__ void k_powm(u64 *out, const u64 *base, const u64 *exps, int e_shared,
 }
 
 template <class P>
-cudaError_t launch_powm(u64 *out, const u64 *base, const u64 *exps, int e_shared, const u64 *mod, long long n,
-                        cudaStream_t stream) {
+cudaError_t launch_powm(u64 *out, const u64 *base, const u64 *exps, int e_shared, const u64 *mod,
+                        long long n, cudaStream_t stream) {
     const long long ipb = kThreadsPerBlock / P::TPI;  // instances per block
-    k_powm<P><<<(unsigned)((n + ipb - 1) / ipb), kThreadsPerBlock, 0, stream>>>(out, base, exps, e_shared, mod, n);
+    k_powm<P><<<(unsigned)((n + ipb - 1) / ipb), kThreadsPerBlock, 0, stream>>>(out, base, exps,
+                                                                                e_shared, mod, n);
     return cudaGetLastError();
 }
 
@@ -137,9 +142,13 @@ extern "C" {
 // value < 2^(64·L)) and exponents of le limbs (le <= the class width); rows element-major, exps one
 // shared row when e_shared.  kErrSize (the caller falls back to the default kernels) when the sizes
 // fall outside the CGBN classes or the modulus is even or 1.
-int unifl_gpu_cgbn_mod_exp(int device, const u64 *mod, int L, const u64 *base, const u64 *exps, int le,
-                           int e_shared, u64 *out, long long n) {
-    const int W = L <= 0 ? 0 : L <= 16 ? 16 : L <= 32 ? 32 : L <= 64 ? 64 : 0;  // u64 words of the class
+int unifl_gpu_cgbn_mod_exp(int device, const u64 *mod, int L, const u64 *base, const u64 *exps,
+                           int le, int e_shared, u64 *out, long long n) {
+    const int W = L <= 0    ? 0
+                  : L <= 16 ? 16
+                  : L <= 32 ? 32
+                  : L <= 64 ? 64
+                            : 0;  // u64 words of the class
     if (!W || le < 0 || le > W) return kErrSize;
     bool above_one = false;
     for (int j = 1; j < L; ++j) above_one = above_one || mod[j] != 0;
@@ -159,23 +168,29 @@ int unifl_gpu_cgbn_mod_exp(int device, const u64 *mod, int L, const u64 *base, c
         for (long long i = 0; i < (e_shared ? 1 : n); ++i)
             std::memcpy(h + wb + i * W, exps + i * le, size_t(le) * 8);
         std::memcpy(h + wb + we, mod, size_t(L) * 8);
-        if ((e = cudaMemcpyAsync(d.arena, h, in * 8, cudaMemcpyHostToDevice, d.stream))) return (int)e;
+        if ((e = cudaMemcpyAsync(d.arena, h, in * 8, cudaMemcpyHostToDevice, d.stream)))
+            return (int)e;
         d.uploads += 1;
         u64 *dout = d.arena + in;
         const u64 *dbase = d.arena, *dexps = d.arena + wb, *dmod = d.arena + wb + we;
         if (W == 16)
-            e = unifl_cgbn::launch_powm<unifl_cgbn::Params<8, 1024>>(dout, dbase, dexps, e_shared, dmod, n, d.stream);
+            e = unifl_cgbn::launch_powm<unifl_cgbn::Params<8, 1024>>(dout, dbase, dexps, e_shared,
+                                                                     dmod, n, d.stream);
         else if (W == 32)
-            e = unifl_cgbn::launch_powm<unifl_cgbn::Params<16, 2048>>(dout, dbase, dexps, e_shared, dmod, n, d.stream);
+            e = unifl_cgbn::launch_powm<unifl_cgbn::Params<16, 2048>>(dout, dbase, dexps, e_shared,
+                                                                      dmod, n, d.stream);
         else
-            e = unifl_cgbn::launch_powm<unifl_cgbn::Params<32, 4096>>(dout, dbase, dexps, e_shared, dmod, n, d.stream);
+            e = unifl_cgbn::launch_powm<unifl_cgbn::Params<32, 4096>>(dout, dbase, dexps, e_shared,
+                                                                      dmod, n, d.stream);
         if (e) return (int)e;
         d.launches += 1;
-        if ((e = cudaMemcpyAsync(h + in, dout, wb * 8, cudaMemcpyDeviceToHost, d.stream))) return (int)e;
+        if ((e = cudaMemcpyAsync(h + in, dout, wb * 8, cudaMemcpyDeviceToHost, d.stream)))
+            return (int)e;
         d.downloads += 1;
         int r = finish(d);
         if (!r)
-            for (long long i = 0; i < n; ++i) std::memcpy(out + i * L, h + in + i * W, size_t(L) * 8);
+            for (long long i = 0; i < n; ++i)
+                std::memcpy(out + i * L, h + in + i * W, size_t(L) * 8);
         return r;
     });
 }

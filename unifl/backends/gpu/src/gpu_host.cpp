@@ -108,21 +108,30 @@ std::string shape_of(const py::array &a) {
     throw std::invalid_argument(std::string(fn) + ": argument '" + name + "' " + what);
 }
 
-Limbs arr(const py::array &a, const char *fn, const char *name, std::vector<long long> dims, bool one_ok = false) {
+Limbs arr(const py::array &a, const char *fn, const char *name, std::vector<long long> dims,
+          bool one_ok = false) {
     if (!a.dtype().equal(py::dtype::of<u64>()))
-        bad_arg(fn, name, "must be a uint64 array (native byte order), got dtype " + std::string(py::str(a.dtype())));
+        bad_arg(fn, name,
+                "must be a uint64 array (native byte order), got dtype " +
+                    std::string(py::str(a.dtype())));
     if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
-        bad_arg(fn, name, "must be C-contiguous (np.ascontiguousarray), got a strided view of shape " + shape_of(a));
-    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_)) bad_arg(fn, name, "must be aligned");
+        bad_arg(fn, name,
+                "must be C-contiguous (np.ascontiguousarray), got a strided view of shape " +
+                    shape_of(a));
+    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+        bad_arg(fn, name, "must be aligned");
     std::string want = "(";
     for (size_t d = 0; d < dims.size(); ++d)
         want += (d ? ", " : "") + std::string(d == 0 && one_ok ? "1|" : "") +
                 (dims[d] == kAny ? std::string("*") : std::to_string(dims[d]));
     want += dims.size() == 1 ? ",)" : ")";
     if (a.ndim() != py::ssize_t(dims.size()))
-        bad_arg(fn, name, "must have shape " + want + ", got " + std::to_string(a.ndim()) + "-D shape " + shape_of(a));
+        bad_arg(fn, name,
+                "must have shape " + want + ", got " + std::to_string(a.ndim()) + "-D shape " +
+                    shape_of(a));
     for (size_t d = 0; d < dims.size(); ++d) {
-        if (dims[d] == kAny || a.shape(d) == dims[d] || (d == 0 && one_ok && a.shape(0) == 1)) continue;
+        if (dims[d] == kAny || a.shape(d) == dims[d] || (d == 0 && one_ok && a.shape(0) == 1))
+            continue;
         bad_arg(fn, name, "must have shape " + want + ", got " + shape_of(a));
     }
     return Limbs::ensure(a);
@@ -149,8 +158,9 @@ struct BlobWalk {
         if (pos >= len) bad_arg(fn, "key", "is truncated before " + name);
         const u64 v = b[pos];
         if (count && (v < 1 || v > (u64)unifl_gpu::MAX_BLOB_LIMBS))
-            bad_arg(fn, "key", "has " + name + " = " + std::to_string(v) + " outside [1, " +
-                                   std::to_string(unifl_gpu::MAX_BLOB_LIMBS) + "]");
+            bad_arg(fn, "key",
+                    "has " + name + " = " + std::to_string(v) + " outside [1, " +
+                        std::to_string(unifl_gpu::MAX_BLOB_LIMBS) + "]");
         note(name, pos, 1);
         ++pos;
         return (long long)v;
@@ -166,13 +176,13 @@ struct BlobWalk {
     }
 };
 
-#define UNIFL_WALK_CTX(name)                  \
-    const Extent name = w.ctx(pre + #name);   \
+#define UNIFL_WALK_CTX(name) \
+    const Extent name = w.ctx(pre + #name); \
     (void)name;
-#define UNIFL_WALK_WORD(name)                          \
-    const long long name = w.word(pre + #name, true);  \
+#define UNIFL_WALK_WORD(name) \
+    const long long name = w.word(pre + #name, true); \
     (void)name;
-#define UNIFL_WALK_VALUE(name) w.word(pre + #name, false);
+#define UNIFL_WALK_VALUE(name)        w.word(pre + #name, false);
 #define UNIFL_WALK_LIMBS(name, count) w.skip(pre + #name, (long long)(count));
 #define UNIFL_WALK(table) table(UNIFL_WALK_CTX, UNIFL_WALK_WORD, UNIFL_WALK_VALUE, UNIFL_WALK_LIMBS)
 
@@ -222,8 +232,9 @@ Walked walk_blob(const u64 *blob, long long len, int kind, const char *fn,
         r.Lp2 = p2.L;
         r.Lq2 = q2.L;
     } else {
-        bad_arg(fn, "kind", "must be 0 (modulus context), 1 (public), 2 (private) or 3 (owner), got " +
-                                std::to_string(kind));
+        bad_arg(fn, "kind",
+                "must be 0 (modulus context), 1 (public), 2 (private) or 3 (owner), got " +
+                    std::to_string(kind));
     }
     w.end();
     return r;
@@ -239,15 +250,17 @@ int check_ctx_blob(const py::array &k, const char *fn) { return (int)walk(k, fn,
 
 void check_pub_blob(const py::array &k, const char *fn) {
     const Walked s = walk(k, fn, 1);
-    if (s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1) bad_arg(fn, "key", "has n and n² of inconsistent sizes");
+    if (s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1)
+        bad_arg(fn, "key", "has n and n² of inconsistent sizes");
 }
 
 void check_priv_blob(const py::array &k, const char *fn) {
     const Walked s = walk(k, fn, 2);
     // the bodies' local arrays hold max(Lp2, Lq2, Ln) limbs, the exactness check 2·Ls of them, and
     // the wide reductions read K chunks of the ciphertext
-    if ((s.Lp2 != 2 * s.Lp && s.Lp2 != 2 * s.Lp - 1) || (s.Lq2 != 2 * s.Lq && s.Lq2 != 2 * s.Lq - 1) ||
-        s.Kp * s.Lp2 < s.L2 || s.Kq * s.Lq2 < s.L2 || s.Kpq * s.Lp < s.Lq || (s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1))
+    if ((s.Lp2 != 2 * s.Lp && s.Lp2 != 2 * s.Lp - 1) ||
+        (s.Lq2 != 2 * s.Lq && s.Lq2 != 2 * s.Lq - 1) || s.Kp * s.Lp2 < s.L2 ||
+        s.Kq * s.Lq2 < s.L2 || s.Kpq * s.Lp < s.Lq || (s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1))
         bad_arg(fn, "key", "has inconsistent sizes");
 }
 
@@ -255,8 +268,8 @@ void check_owner_blob(const py::array &k, const char *fn) {
     const Walked s = walk(k, fn, 3);
     // the body holds p² and q² numbers in arrays of their class and n²-size ones in twice that;
     // p² <= q² lets x_p stand as a residue mod q²; n² (< p²·q²) fits Lp2 + Lq2 limbs
-    if ((s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1) || s.Lp > s.Lp2 || s.Lq > s.Lq2 || s.Lp2 > s.Lq2 ||
-        s.L2 > s.Lp2 + s.Lq2 || !unifl_gpu::owner_lmax((const u64 *)k.data()))
+    if ((s.L2 != 2 * s.Ln && s.L2 != 2 * s.Ln - 1) || s.Lp > s.Lp2 || s.Lq > s.Lq2 ||
+        s.Lp2 > s.Lq2 || s.L2 > s.Lp2 + s.Lq2 || !unifl_gpu::owner_lmax((const u64 *)k.data()))
         bad_arg(fn, "key", "has inconsistent sizes");
 }
 
@@ -267,7 +280,8 @@ py::list blob_fields(py::array key_, int kind) {
     std::vector<std::tuple<std::string, long long, long long>> fields;
     walk_blob(key.data(), key.shape(0), kind, "blob_fields", &fields);
     py::list out;
-    for (const auto &f : fields) out.append(py::make_tuple(std::get<0>(f), std::get<1>(f), std::get<2>(f)));
+    for (const auto &f : fields)
+        out.append(py::make_tuple(std::get<0>(f), std::get<1>(f), std::get<2>(f)));
     return out;
 }
 
@@ -292,12 +306,19 @@ Limbs mul(py::array key_, py::array a_, py::array b_, int mode, bool soa, int th
         py::gil_scoped_release nogil;
         Batch A(ro(a), n, L, soa), B(ro(b), n, L, soa), O(mut(out), n, L, soa);
         const int lm = unifl_gpu::ctx_lmax(kb);
-        need(group ? UNIFL_WITH_SHAPE(lm, run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *) {
-                         unifl_gpu::coop::gbody_mul<HL, LPT>(i, kb, O.ptr, O.lay, A.ptr, A.lay, B.ptr, B.lay, mode);
-                     }))
-                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
-                         unifl_gpu::body_mul<LM>(i, kb, O.ptr, O.lay, A.ptr, A.lay, B.ptr, B.lay, mode);
-                     })),
+        need(group ? UNIFL_WITH_SHAPE(lm,
+                                      run_groups<TPI, LPT>(n, threads,
+                                                           [&](long long i, u32 *) {
+                                                               unifl_gpu::coop::gbody_mul<HL, LPT>(
+                                                                   i, kb, O.ptr, O.lay, A.ptr,
+                                                                   A.lay, B.ptr, B.lay, mode);
+                                                           }))
+                   : UNIFL_WITH_LMAX(lm, parallel_for(n, threads,
+                                                      [&](long long i) {
+                                                          unifl_gpu::body_mul<LM>(
+                                                              i, kb, O.ptr, O.lay, A.ptr, A.lay,
+                                                              B.ptr, B.lay, mode);
+                                                      })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
@@ -311,10 +332,11 @@ void check_tuning(int window, bool wide, bool group, const char *fn) {
     if (wide && !group) bad_arg(fn, "wide", "is a shape of the cooperative (group) bodies only");
 }
 
-Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads, bool group,
-            int window, bool wide, bool converged) {
+Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa, int threads,
+            bool group, int window, bool wide, bool converged) {
     check_tuning(window, wide, group, "exp");
-    if (converged && !group) bad_arg("exp", "converged", "is a policy of the cooperative (group) bodies only");
+    if (converged && !group)
+        bad_arg("exp", "converged", "is a policy of the cooperative (group) bodies only");
     const int L = check_ctx_blob(key_, "exp");
     Limbs key = arr(key_, "exp", "key", {kAny});
     const u64 *kb = key.data();
@@ -340,28 +362,34 @@ Limbs power(py::array key_, py::array base_, py::array exps_, int mode, bool soa
         }
         auto body = [&](auto tpi, auto lpt) {
             constexpr int TPI = decltype(tpi)::value, LPT = decltype(lpt)::value;
-            run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                if (converged)
-                    unifl_gpu::coop::gbody_exp<unifl_gpu::coop::HostLanes<TPI, true>, LPT>(
-                        i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
-                else
-                    unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le,
-                                                        shared, mode);
-            }, window);
+            run_groups<TPI, LPT>(
+                n, threads,
+                [&](long long i, u32 *tab) {
+                    if (converged)
+                        unifl_gpu::coop::gbody_exp<unifl_gpu::coop::HostLanes<TPI, true>, LPT>(
+                            i, kb, tab, window, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
+                    else
+                        unifl_gpu::coop::gbody_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, X.ptr,
+                                                            X.lay, e, Le, shared, mode);
+                },
+                window);
         };
-        need(wide ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
+        need(wide    ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
              : group ? UNIFL_WITH_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
-                     : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
-                           unifl_gpu::body_exp<LM>(i, kb, O.ptr, O.lay, X.ptr, X.lay, e, Le, shared, mode);
-                       })),
+                     : UNIFL_WITH_LMAX(lm, parallel_for(n, threads,
+                                                        [&](long long i) {
+                                                            unifl_gpu::body_exp<LM>(
+                                                                i, kb, O.ptr, O.lay, X.ptr, X.lay,
+                                                                e, Le, shared, mode);
+                                                        })),
              wide ? "no wide shape for this modulus size" : "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
     return out;
 }
 
-Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int threads, bool group,
-                long long chunk, int window) {
+Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int threads,
+                bool group, long long chunk, int window) {
     check_tuning(window, false, group, "multi_exp");
     const int L = check_ctx_blob(key_, "multi_exp");
     Limbs key = arr(key_, "multi_exp", "key", {kAny});
@@ -383,10 +411,15 @@ Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int
             std::vector<unsigned int> counters(size_t(K), 0u);
             Batch B(ro(bases), N, L, soa), O(mut(out), K, L, soa);
             const u64 *e = exps.data();
-            need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb), run_groups<TPI, LPT>(K * P, threads, [&](long long i, u32 *tab) {
-                     unifl_gpu::coop::gbody_multi_exp<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, B.ptr, B.lay, e, Le,
-                                                               N, P, chunk, partials.data(), counters.data());
-                 }, window)),
+            need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb),
+                                  run_groups<TPI, LPT>(
+                                      K * P, threads,
+                                      [&](long long i, u32 *tab) {
+                                          unifl_gpu::coop::gbody_multi_exp<HL, LPT>(
+                                              i, kb, tab, window, O.ptr, O.lay, B.ptr, B.lay, e, Le,
+                                              N, P, chunk, partials.data(), counters.data());
+                                      },
+                                      window)),
                  "modulus wider than 8192 bits");
             O.copy_out(mut(out));
             return out;
@@ -395,29 +428,32 @@ Limbs multi_exp(py::array key_, py::array bases_, py::array exps_, bool soa, int
         Batch B(ro(bases), N, L, soa);
         Batch S(scratch.data(), K * N, L, soa);
         const u64 *e = exps.data();
-        need(UNIFL_WITH_LMAX(unifl_gpu::ctx_lmax(kb), {
-                 parallel_for(K * N, threads, [&](long long i) {
-                     unifl_gpu::body_multi_exp_powers<LM>(i, kb, S.ptr, S.lay, B.ptr, B.lay, e, Le, N);
-                 });
-                 for (long long cnt = N; cnt > 1; cnt = (cnt + 1) / 2) {
-                     const long long pairs = cnt - (cnt + 1) / 2;
-                     parallel_for(K * pairs, threads, [&](long long i) {
-                         unifl_gpu::body_prod_round<LM>(i, kb, S.ptr, S.lay, N, cnt);
-                     });
-                 }
-             }),
+        need(UNIFL_WITH_LMAX(unifl_gpu::ctx_lmax(kb),
+                             {
+                                 parallel_for(K * N, threads, [&](long long i) {
+                                     unifl_gpu::body_multi_exp_powers<LM>(i, kb, S.ptr, S.lay,
+                                                                          B.ptr, B.lay, e, Le, N);
+                                 });
+                                 for (long long cnt = N; cnt > 1; cnt = (cnt + 1) / 2) {
+                                     const long long pairs = cnt - (cnt + 1) / 2;
+                                     parallel_for(K * pairs, threads, [&](long long i) {
+                                         unifl_gpu::body_prod_round<LM>(i, kb, S.ptr, S.lay, N,
+                                                                        cnt);
+                                     });
+                                 }
+                             }),
              "modulus wider than 8192 bits");
         S.copy_out(scratch.data());
         u64 *o = mut(out);
         for (long long kk = 0; kk < K; ++kk)
-            std::copy(scratch.begin() + size_t(kk * N) * L, scratch.begin() + size_t(kk * N + 1) * L,
-                      o + kk * L);
+            std::copy(scratch.begin() + size_t(kk * N) * L,
+                      scratch.begin() + size_t(kk * N + 1) * L, o + kk * L);
     }
     return out;
 }
 
-Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads, bool group, int window,
-                       bool wide) {
+Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int threads,
+                       bool group, int window, bool wide) {
     check_tuning(window, wide, group, "paillier_encrypt");
     check_pub_blob(pub_, "paillier_encrypt");
     Limbs pub = arr(pub_, "paillier_encrypt", "key", {kAny});
@@ -433,16 +469,22 @@ Limbs paillier_encrypt(py::array pub_, py::array m_, py::array r_, bool soa, int
         const int lm = unifl_gpu::pub_lmax(kb);
         auto body = [&](auto tpi, auto lpt) {
             constexpr int TPI = decltype(tpi)::value, LPT = decltype(lpt)::value;
-            run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                unifl_gpu::coop::gbody_paillier_encrypt<HL, LPT>(i, kb, tab, window, O.ptr, O.lay, M.ptr, M.lay,
-                                                                 R.ptr, R.lay);
-            }, window);
+            run_groups<TPI, LPT>(
+                n, threads,
+                [&](long long i, u32 *tab) {
+                    unifl_gpu::coop::gbody_paillier_encrypt<HL, LPT>(
+                        i, kb, tab, window, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
+                },
+                window);
         };
-        need(wide ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
+        need(wide    ? UNIFL_WITH_WIDE_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
              : group ? UNIFL_WITH_SHAPE(lm, body(Int<TPI>(), Int<LPT>()))
-                     : UNIFL_WITH_LMAX(lm, parallel_for(n, threads, [&](long long i) {
-                           unifl_gpu::body_paillier_encrypt<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, R.ptr, R.lay);
-                       })),
+                     : UNIFL_WITH_LMAX(lm, parallel_for(n, threads,
+                                                        [&](long long i) {
+                                                            unifl_gpu::body_paillier_encrypt<LM>(
+                                                                i, kb, O.ptr, O.lay, M.ptr, M.lay,
+                                                                R.ptr, R.lay);
+                                                        })),
              wide ? "no wide shape for this modulus size" : "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
@@ -466,23 +508,31 @@ Limbs paillier_encrypt_owner(py::array owner_, py::array m_, py::array yp_, py::
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), P(ro(yp), n, k.Lp, soa), Q(ro(yq), n, k.Lq, soa),
             O(mut(out), n, k.n2.L, soa);
-        need(group ? UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
-                                      run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                                          unifl_gpu::coop::gbody_paillier_encrypt_owner<HL, LPT>(
-                                              i, kb, tab, window, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay, Q.ptr,
-                                              Q.lay);
-                                      }, window))
-                   : UNIFL_WITH_LMAX(unifl_gpu::owner_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                         unifl_gpu::body_paillier_encrypt_owner<LM>(i, kb, O.ptr, O.lay, M.ptr, M.lay, P.ptr, P.lay,
-                                                                    Q.ptr, Q.lay);
-                     })),
+        need(group
+                 ? UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
+                                    run_groups<TPI, LPT>(
+                                        n, threads,
+                                        [&](long long i, u32 *tab) {
+                                            unifl_gpu::coop::gbody_paillier_encrypt_owner<HL, LPT>(
+                                                i, kb, tab, window, O.ptr, O.lay, M.ptr, M.lay,
+                                                P.ptr, P.lay, Q.ptr, Q.lay);
+                                        },
+                                        window))
+                 : UNIFL_WITH_LMAX(unifl_gpu::owner_lmax(kb),
+                                   parallel_for(n, threads,
+                                                [&](long long i) {
+                                                    unifl_gpu::body_paillier_encrypt_owner<LM>(
+                                                        i, kb, O.ptr, O.lay, M.ptr, M.lay, P.ptr,
+                                                        P.lay, Q.ptr, Q.lay);
+                                                })),
              "key outside the instantiated size classes");
         O.copy_out(mut(out));
     }
     return out;
 }
 
-Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, bool group, int window) {
+Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, bool group,
+                       int window) {
     check_tuning(window, false, group, "paillier_decrypt");
     check_priv_blob(priv_, "paillier_decrypt");
     Limbs priv = arr(priv_, "paillier_decrypt", "key", {kAny});
@@ -495,13 +545,19 @@ Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, boo
         py::gil_scoped_release nogil;
         Batch C(ro(c), n, k.L2, soa), O(mut(out), n, k.Ln, soa);
         need(group ? UNIFL_WITH_SHAPE(unifl_gpu::coop::priv_group_lmax(kb),
-                                      run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *tab) {
-                                          unifl_gpu::coop::gbody_paillier_decrypt<HL, LPT>(i, kb, tab, window, O.ptr,
-                                                                                           O.lay, C.ptr, C.lay);
-                                      }, window))
-                   : UNIFL_WITH_LMAX(unifl_gpu::priv_lmax(kb), parallel_for(n, threads, [&](long long i) {
-                         unifl_gpu::body_paillier_decrypt<LM>(i, kb, O.ptr, O.lay, C.ptr, C.lay);
-                     })),
+                                      run_groups<TPI, LPT>(
+                                          n, threads,
+                                          [&](long long i, u32 *tab) {
+                                              unifl_gpu::coop::gbody_paillier_decrypt<HL, LPT>(
+                                                  i, kb, tab, window, O.ptr, O.lay, C.ptr, C.lay);
+                                          },
+                                          window))
+                   : UNIFL_WITH_LMAX(unifl_gpu::priv_lmax(kb),
+                                     parallel_for(n, threads,
+                                                  [&](long long i) {
+                                                      unifl_gpu::body_paillier_decrypt<LM>(
+                                                          i, kb, O.ptr, O.lay, C.ptr, C.lay);
+                                                  })),
              "key outside the instantiated size classes");
         O.copy_out(mut(out));
     }
@@ -511,8 +567,8 @@ Limbs paillier_decrypt(py::array priv_, py::array c_, bool soa, int threads, boo
 // ---- ops that only the cooperative kernels have
 // plan: (chunks, 5) int64 rows [group, begin, end, first chunk of the group, chunks of the group]
 // over `order` (the input rows group by group); see gbody_prod_groups.
-Limbs prod_groups(py::array key_, py::array a_, py::array order_, py::array plan_, long long num_groups,
-                  bool soa, int threads) {
+Limbs prod_groups(py::array key_, py::array a_, py::array order_, py::array plan_,
+                  long long num_groups, bool soa, int threads) {
     const char *fn = "prod_groups";
     const int L = check_ctx_blob(key_, fn);
     Limbs key = arr(key_, fn, "key", {kAny});
@@ -520,7 +576,8 @@ Limbs prod_groups(py::array key_, py::array a_, py::array order_, py::array plan
     Limbs a = arr(a_, fn, "a", {kAny, L});
     const long long n = a.shape(0);
     using I64 = py::array_t<long long, py::array::c_style>;
-    if (!order_.dtype().equal(py::dtype::of<long long>()) || !plan_.dtype().equal(py::dtype::of<long long>()))
+    if (!order_.dtype().equal(py::dtype::of<long long>()) ||
+        !plan_.dtype().equal(py::dtype::of<long long>()))
         bad_arg(fn, "order/plan", "must be int64 arrays");
     I64 order = I64::ensure(order_), plan = I64::ensure(plan_);
     need(order.ndim() == 1 && order.shape(0) == n, "prod_groups: order must list every row once");
@@ -530,13 +587,14 @@ Limbs prod_groups(py::array key_, py::array a_, py::array order_, py::array plan
     const long long *o = order.data(), *pl = plan.data();
     std::vector<char> seen(size_t(n), 0);
     for (long long j = 0; j < n; ++j) {
-        need(o[j] >= 0 && o[j] < n && !seen[size_t(o[j])], "prod_groups: order must be a permutation of the rows");
+        need(o[j] >= 0 && o[j] < n && !seen[size_t(o[j])],
+             "prod_groups: order must be a permutation of the rows");
         seen[size_t(o[j])] = 1;
     }
     for (long long c = 0; c < chunks; ++c) {
         const long long *r = pl + c * 5;
-        need(r[0] >= 0 && r[0] < num_groups && 0 <= r[1] && r[1] <= r[2] && r[2] <= n && r[4] >= 1 &&
-                 r[3] >= 0 && r[3] + r[4] <= chunks && c >= r[3] && c < r[3] + r[4],
+        need(r[0] >= 0 && r[0] < num_groups && 0 <= r[1] && r[1] <= r[2] && r[2] <= n &&
+                 r[4] >= 1 && r[3] >= 0 && r[3] + r[4] <= chunks && c >= r[3] && c < r[3] + r[4],
              "prod_groups: inconsistent plan row");
     }
     Limbs out({(py::ssize_t)num_groups, (py::ssize_t)L});
@@ -545,10 +603,13 @@ Limbs prod_groups(py::array key_, py::array a_, py::array order_, py::array plan
         std::vector<u64> partials(size_t(chunks) * L);
         std::vector<unsigned int> counters(size_t(num_groups), 0u);
         Batch A(ro(a), n, L, soa), O(mut(out), num_groups, L, soa);
-        need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb), run_groups<TPI, LPT>(chunks, threads, [&](long long i, u32 *) {
-                 unifl_gpu::coop::gbody_prod_groups<HL, LPT>(i, kb, O.ptr, O.lay, A.ptr, A.lay, o, pl,
-                                                             partials.data(), counters.data());
-             })),
+        need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb),
+                              run_groups<TPI, LPT>(chunks, threads,
+                                                   [&](long long i, u32 *) {
+                                                       unifl_gpu::coop::gbody_prod_groups<HL, LPT>(
+                                                           i, kb, O.ptr, O.lay, A.ptr, A.lay, o, pl,
+                                                           partials.data(), counters.data());
+                                                   })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
@@ -571,10 +632,12 @@ py::tuple inverse(py::array key_, py::array a_, long long chunk, bool soa, int t
         py::gil_scoped_release nogil;
         Batch A(ro(a), n, L, soa), O(mut(out), n, L, soa);
         need(UNIFL_WITH_SHAPE(unifl_gpu::ctx_lmax(kb),
-                              run_groups<TPI, LPT>((n + chunk - 1) / chunk, threads, [&](long long i, u32 *) {
-                                  unifl_gpu::coop::gbody_inverse<HL, LPT>(i, kb, O.ptr, O.lay, A.ptr, A.lay, n,
-                                                                          chunk, &bad);
-                              })),
+                              run_groups<TPI, LPT>((n + chunk - 1) / chunk, threads,
+                                                   [&](long long i, u32 *) {
+                                                       unifl_gpu::coop::gbody_inverse<HL, LPT>(
+                                                           i, kb, O.ptr, O.lay, A.ptr, A.lay, n,
+                                                           chunk, &bad);
+                                                   })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
@@ -593,14 +656,18 @@ void check_exponents(const Limbs &a, long long covered, const char *fn) {
     for (long long i = 0; i < n; ++i)
         for (long long l = 0; l < La; ++l) {
             const long long lo = 64 * l;
-            const u64 keep = covered >= lo + 64 ? ~0ull : covered <= lo ? 0ull : ((1ull << (covered - lo)) - 1);
+            const u64 keep = covered >= lo + 64 ? ~0ull
+                             : covered <= lo    ? 0ull
+                                                : ((1ull << (covered - lo)) - 1);
             if (a.data()[i * La + l] & ~keep)
-                bad_arg(fn, "a", "row " + std::to_string(i) + ": a fixed-base exponent longer than the " +
-                                     std::to_string(covered) + " bits the comb table covers");
+                bad_arg(fn, "a",
+                        "row " + std::to_string(i) + ": a fixed-base exponent longer than the " +
+                            std::to_string(covered) + " bits the comb table covers");
         }
 }
 
-Limbs fixed_base(py::array pub_, py::array table_, int w, py::array m_, py::array a_, bool soa, int threads) {
+Limbs fixed_base(py::array pub_, py::array table_, int w, py::array m_, py::array a_, bool soa,
+                 int threads) {
     const char *fn = "fixed_base";
     check_pub_blob(pub_, fn);
     Limbs pub = arr(pub_, fn, "key", {kAny});
@@ -618,17 +685,21 @@ Limbs fixed_base(py::array pub_, py::array table_, int w, py::array m_, py::arra
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
         const u64 *t = table.data(), *e = a.data();
-        need(UNIFL_WITH_SHAPE(unifl_gpu::pub_lmax(kb), run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *) {
-                 unifl_gpu::coop::gbody_fixed_base<HL, LPT>(i, kb, t, w, nwin, O.ptr, O.lay, M.ptr, M.lay, e, La);
-             })),
+        need(UNIFL_WITH_SHAPE(unifl_gpu::pub_lmax(kb),
+                              run_groups<TPI, LPT>(n, threads,
+                                                   [&](long long i, u32 *) {
+                                                       unifl_gpu::coop::gbody_fixed_base<HL, LPT>(
+                                                           i, kb, t, w, nwin, O.ptr, O.lay, M.ptr,
+                                                           M.lay, e, La);
+                                                   })),
              "modulus wider than 8192 bits");
         O.copy_out(mut(out));
     }
     return out;
 }
 
-Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py::array m_, py::array a_, bool soa,
-                       int threads) {
+Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py::array m_,
+                       py::array a_, bool soa, int threads) {
     const char *fn = "owner_fixed_base";
     check_owner_blob(owner_, fn);
     Limbs owner = arr(owner_, fn, "key", {kAny});
@@ -648,10 +719,12 @@ Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py
         Batch M(ro(m), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
         const u64 *p = tp.data(), *q = tq.data(), *e = a.data();
         need(UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
-                              run_groups<TPI, LPT>(n, threads, [&](long long i, u32 *) {
-                                  unifl_gpu::coop::gbody_owner_fixed_base<HL, LPT>(i, kb, p, q, w, nwin, O.ptr, O.lay,
-                                                                                   M.ptr, M.lay, e, La);
-                              })),
+                              run_groups<TPI, LPT>(
+                                  n, threads,
+                                  [&](long long i, u32 *) {
+                                      unifl_gpu::coop::gbody_owner_fixed_base<HL, LPT>(
+                                          i, kb, p, q, w, nwin, O.ptr, O.lay, M.ptr, M.lay, e, La);
+                                  })),
              "key outside the instantiated size classes");
         O.copy_out(mut(out));
     }
@@ -678,16 +751,17 @@ PYBIND11_MODULE(_gpu_host, mod) {
     mod.def("paillier_encrypt", &paillier_encrypt, py::arg("pub"), py::arg("m"), py::arg("r"),
             py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("window") = 4,
             py::arg("wide") = false);
-    mod.def("paillier_encrypt_owner", &paillier_encrypt_owner, py::arg("owner"), py::arg("m"), py::arg("yp"),
-            py::arg("yq"), py::arg("soa"), py::arg("threads"), py::arg("group") = false, py::arg("window") = 4);
+    mod.def("paillier_encrypt_owner", &paillier_encrypt_owner, py::arg("owner"), py::arg("m"),
+            py::arg("yp"), py::arg("yq"), py::arg("soa"), py::arg("threads"),
+            py::arg("group") = false, py::arg("window") = 4);
     mod.def("paillier_decrypt", &paillier_decrypt, py::arg("priv"), py::arg("c"), py::arg("soa"),
             py::arg("threads"), py::arg("group") = false, py::arg("window") = 4);
-    mod.def("prod_groups", &prod_groups, py::arg("key"), py::arg("a"), py::arg("order"), py::arg("plan"),
-            py::arg("num_groups"), py::arg("soa"), py::arg("threads"));
+    mod.def("prod_groups", &prod_groups, py::arg("key"), py::arg("a"), py::arg("order"),
+            py::arg("plan"), py::arg("num_groups"), py::arg("soa"), py::arg("threads"));
     mod.def("inverse", &inverse, py::arg("key"), py::arg("a"), py::arg("chunk"), py::arg("soa"),
             py::arg("threads"));
     mod.def("fixed_base", &fixed_base, py::arg("pub"), py::arg("table"), py::arg("w"), py::arg("m"),
             py::arg("a"), py::arg("soa"), py::arg("threads"));
-    mod.def("owner_fixed_base", &owner_fixed_base, py::arg("owner"), py::arg("tp"), py::arg("tq"), py::arg("w"),
-            py::arg("m"), py::arg("a"), py::arg("soa"), py::arg("threads"));
+    mod.def("owner_fixed_base", &owner_fixed_base, py::arg("owner"), py::arg("tp"), py::arg("tq"),
+            py::arg("w"), py::arg("m"), py::arg("a"), py::arg("soa"), py::arg("threads"));
 }

@@ -37,56 +37,61 @@ __device__ __forceinline__ long long instance() {
 }
 
 template <int LM>
-__global__ void k_mul(long long n, const u64 *key, int key_len, u64 *out, Lay lo, const u64 *a, Lay la,
-                      const u64 *b, Lay lb, int mode) {
+__global__ void k_mul(long long n, const u64 *key, int key_len, u64 *out, Lay lo, const u64 *a,
+                      Lay la, const u64 *b, Lay lb, int mode) {
     const u64 *k = stage_key(key, key_len);
     const long long i = instance();
     if (i < n) unifl_gpu::body_mul<LM>(i, k, out, lo, a, la, b, lb, mode);
 }
 
 template <int LM>
-__global__ void k_exp(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lo, const u64 *base,
-                      Lay lb, const u64 *exps, int le, int e_shared, int mode) {
+__global__ void k_exp(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lo,
+                      const u64 *base, Lay lb, const u64 *exps, int le, int e_shared, int mode) {
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + instance();
     if (i < n) unifl_gpu::body_exp<LM>(i, k, out, lo, base, lb, exps, le, e_shared, mode);
 }
 
 template <int LM>
-__global__ void k_powers(long long i0, long long n, const u64 *key, int key_len, u64 *scratch, Lay lay_s,
-                         const u64 *bases, Lay lay_b, const u64 *exps, int le, long long N) {
+__global__ void k_powers(long long i0, long long n, const u64 *key, int key_len, u64 *scratch,
+                         Lay lay_s, const u64 *bases, Lay lay_b, const u64 *exps, int le,
+                         long long N) {
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + instance();
-    if (i < n) unifl_gpu::body_multi_exp_powers<LM>(i, k, scratch, lay_s, bases, lay_b, exps, le, N);
+    if (i < n)
+        unifl_gpu::body_multi_exp_powers<LM>(i, k, scratch, lay_s, bases, lay_b, exps, le, N);
 }
 
 template <int LM>
-__global__ void k_prod_round(long long n, const u64 *key, int key_len, u64 *scratch, Lay lay_s, long long N,
-                             long long cnt) {
+__global__ void k_prod_round(long long n, const u64 *key, int key_len, u64 *scratch, Lay lay_s,
+                             long long N, long long cnt) {
     const u64 *k = stage_key(key, key_len);
     const long long i = instance();
     if (i < n) unifl_gpu::body_prod_round<LM>(i, k, scratch, lay_s, N, cnt);
 }
 
 template <int LM>
-__global__ void k_encrypt(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lay_2, const u64 *m,
-                          Lay lay_m, const u64 *r, Lay lay_r) {
+__global__ void k_encrypt(long long i0, long long n, const u64 *key, int key_len, u64 *out,
+                          Lay lay_2, const u64 *m, Lay lay_m, const u64 *r, Lay lay_r) {
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + instance();
     if (i < n) unifl_gpu::body_paillier_encrypt<LM>(i, k, out, lay_2, m, lay_m, r, lay_r);
 }
 
 template <int LM>
-__global__ void k_encrypt_owner(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lay_2,
-                                const u64 *m, Lay lay_m, const u64 *yp, Lay lay_p, const u64 *yq, Lay lay_q) {
+__global__ void k_encrypt_owner(long long i0, long long n, const u64 *key, int key_len, u64 *out,
+                                Lay lay_2, const u64 *m, Lay lay_m, const u64 *yp, Lay lay_p,
+                                const u64 *yq, Lay lay_q) {
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + instance();
-    if (i < n) unifl_gpu::body_paillier_encrypt_owner<LM>(i, k, out, lay_2, m, lay_m, yp, lay_p, yq, lay_q);
+    if (i < n)
+        unifl_gpu::body_paillier_encrypt_owner<LM>(i, k, out, lay_2, m, lay_m, yp, lay_p, yq,
+                                                   lay_q);
 }
 
 template <int LM>
-__global__ void k_decrypt(long long i0, long long n, const u64 *key, int key_len, u64 *out, Lay lay_n, const u64 *c,
-                          Lay lay_2) {
+__global__ void k_decrypt(long long i0, long long n, const u64 *key, int key_len, u64 *out,
+                          Lay lay_n, const u64 *c, Lay lay_2) {
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + instance();
     if (i < n) unifl_gpu::body_paillier_decrypt<LM>(i, k, out, lay_n, c, lay_2);
@@ -108,10 +113,11 @@ template <int LM, bool kWide = false>
 struct GroupShape {
     static constexpr int TPI = coop::Shape<LM, kWide>::TPI;
     static constexpr int LPT = coop::Shape<LM, kWide>::LPT;
-    typedef coop::WarpLanes<TPI> G;         // groups of a warp may diverge
-    typedef coop::WarpLanes<TPI, true> GW;  // the warp stays converged (see WarpLanes)
+    typedef coop::WarpLanes<TPI> G;                    // groups of a warp may diverge
+    typedef coop::WarpLanes<TPI, true> GW;             // the warp stays converged (see WarpLanes)
     static constexpr int kGroups = kGroupBlock / TPI;  // groups per block
-    static_assert(kGroupBlock % 32 == 0 && kGroupBlock % TPI == 0, "whole groups, whole warps per block");
+    static_assert(kGroupBlock % 32 == 0 && kGroupBlock % TPI == 0,
+                  "whole groups, whole warps per block");
 
     __device__ __forceinline__ static long long group_instance() {
         return (long long)blockIdx.x * kGroups + threadIdx.x / TPI;
@@ -124,7 +130,8 @@ struct GroupShape {
     }
     // dynamic shared memory of a launch: the key, then (window > 0) one window table per group
     static size_t smem(int key_len, int window) {
-        return size_t(key_len) * 8 + (window ? size_t(kGroups) * coop::table_words<G, LPT>(window) * 4 : 0);
+        return size_t(key_len) * 8 +
+               (window ? size_t(kGroups) * coop::table_words<G, LPT>(window) * 4 : 0);
     }
     static unsigned grid(long long inst) { return (unsigned)((inst + kGroups - 1) / kGroups); }
 };
@@ -137,14 +144,15 @@ struct GroupShape {
 
 // The kernels on the converged-warp policy (GW): a group past the last instance runs the last
 // instance again and writes nothing, so the groups of a warp stay together.
-#define UNIFL_CONVERGED_INSTANCE(S, first, count)     \
-    long long i = (first) + S::group_instance();      \
-    const bool live = i < (count);                    \
+#define UNIFL_CONVERGED_INSTANCE(S, first, count) \
+    long long i = (first) + S::group_instance(); \
+    const bool live = i < (count); \
     if (!live) i = (count) - 1
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_mul_g(long long n, const u64 *key, int key_len, u64 *out, Lay lo, const u64 *a,
-                                           Lay la, const u64 *b, Lay lb, int mode) {
+__global__ void UNIFL_GROUP_BOUNDS k_mul_g(long long n, const u64 *key, int key_len, u64 *out,
+                                           Lay lo, const u64 *a, Lay la, const u64 *b, Lay lb,
+                                           int mode) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     UNIFL_CONVERGED_INSTANCE(S, 0, n);
@@ -152,79 +160,85 @@ __global__ void UNIFL_GROUP_BOUNDS k_mul_g(long long n, const u64 *key, int key_
 }
 
 template <int LM, bool kWide>
-__global__ void UNIFL_GROUP_BOUNDS k_exp_g(long long i0, long long n, const u64 *key, int key_len, int win, u64 *out,
-                                           Lay lo, const u64 *base, Lay lb, const u64 *exps, int le, int e_shared,
-                                           int mode) {
+__global__ void UNIFL_GROUP_BOUNDS k_exp_g(long long i0, long long n, const u64 *key, int key_len,
+                                           int win, u64 *out, Lay lo, const u64 *base, Lay lb,
+                                           const u64 *exps, int le, int e_shared, int mode) {
     typedef GroupShape<LM, kWide> S;
     const u64 *k = stage_key(key, key_len);
     UNIFL_CONVERGED_INSTANCE(S, i0, n);
-    coop::gbody_exp<typename S::GW, S::LPT>(i, k, S::table(key_len, win), win, live ? out : nullptr, lo, base, lb,
-                                            exps, le, e_shared, mode);
+    coop::gbody_exp<typename S::GW, S::LPT>(i, k, S::table(key_len, win), win, live ? out : nullptr,
+                                            lo, base, lb, exps, le, e_shared, mode);
 }
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_multi_exp_g(long long inst, const u64 *key, int key_len, int win, u64 *out,
-                                                 Lay lo, const u64 *bases, Lay lb, const u64 *exps, int le,
-                                                 long long N, long long P, long long chunk, u64 *scratch,
+__global__ void UNIFL_GROUP_BOUNDS k_multi_exp_g(long long inst, const u64 *key, int key_len,
+                                                 int win, u64 *out, Lay lo, const u64 *bases,
+                                                 Lay lb, const u64 *exps, int le, long long N,
+                                                 long long P, long long chunk, u64 *scratch,
                                                  unsigned int *counters) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = S::group_instance();
     if (i >= inst) return;
-    coop::gbody_multi_exp<typename S::G, S::LPT>(i, k, S::table(key_len, win), win, out, lo, bases, lb, exps, le, N,
-                                                 P, chunk, scratch, counters);
+    coop::gbody_multi_exp<typename S::G, S::LPT>(i, k, S::table(key_len, win), win, out, lo, bases,
+                                                 lb, exps, le, N, P, chunk, scratch, counters);
 }
 
 template <int LM, bool kWide>
-__global__ void UNIFL_GROUP_BOUNDS k_encrypt_g(long long i0, long long n, const u64 *key, int key_len, int win,
-                                               u64 *out, Lay lay_2, const u64 *m, Lay lay_m, const u64 *r,
-                                               Lay lay_r) {
+__global__ void UNIFL_GROUP_BOUNDS k_encrypt_g(long long i0, long long n, const u64 *key,
+                                               int key_len, int win, u64 *out, Lay lay_2,
+                                               const u64 *m, Lay lay_m, const u64 *r, Lay lay_r) {
     typedef GroupShape<LM, kWide> S;
     const u64 *k = stage_key(key, key_len);
     UNIFL_CONVERGED_INSTANCE(S, i0, n);
-    coop::gbody_paillier_encrypt<typename S::GW, S::LPT>(i, k, S::table(key_len, win), win, live ? out : nullptr,
-                                                         lay_2, m, lay_m, r, lay_r);
+    coop::gbody_paillier_encrypt<typename S::GW, S::LPT>(
+        i, k, S::table(key_len, win), win, live ? out : nullptr, lay_2, m, lay_m, r, lay_r);
 }
 
 // (the CRT kernels keep the group mask: their two half groups may run different trip counts when
 // p² and q² differ in size)
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_encrypt_owner_g(long long i0, long long n, const u64 *key, int key_len, int win,
-                                                     u64 *out, Lay lay_2, const u64 *m, Lay lay_m, const u64 *yp,
+__global__ void UNIFL_GROUP_BOUNDS k_encrypt_owner_g(long long i0, long long n, const u64 *key,
+                                                     int key_len, int win, u64 *out, Lay lay_2,
+                                                     const u64 *m, Lay lay_m, const u64 *yp,
                                                      Lay lay_p, const u64 *yq, Lay lay_q) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + S::group_instance();
     if (i >= n) return;
-    coop::gbody_paillier_encrypt_owner<typename S::G, S::LPT>(i, k, S::table(key_len, win), win, out, lay_2, m,
-                                                              lay_m, yp, lay_p, yq, lay_q);
+    coop::gbody_paillier_encrypt_owner<typename S::G, S::LPT>(
+        i, k, S::table(key_len, win), win, out, lay_2, m, lay_m, yp, lay_p, yq, lay_q);
 }
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_decrypt_g(long long i0, long long n, const u64 *key, int key_len, int win,
-                                               u64 *out, Lay lay_n, const u64 *c, Lay lay_2) {
+__global__ void UNIFL_GROUP_BOUNDS k_decrypt_g(long long i0, long long n, const u64 *key,
+                                               int key_len, int win, u64 *out, Lay lay_n,
+                                               const u64 *c, Lay lay_2) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = i0 + S::group_instance();
     if (i >= n) return;
-    coop::gbody_paillier_decrypt<typename S::G, S::LPT>(i, k, S::table(key_len, win), win, out, lay_n, c, lay_2);
+    coop::gbody_paillier_decrypt<typename S::G, S::LPT>(i, k, S::table(key_len, win), win, out,
+                                                        lay_n, c, lay_2);
 }
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_prod_groups_g(long long chunks, const u64 *key, int key_len, u64 *out, Lay lo,
-                                                   const u64 *a, Lay la, const long long *order,
-                                                   const long long *plan, u64 *scratch, unsigned int *counters) {
+__global__ void UNIFL_GROUP_BOUNDS k_prod_groups_g(long long chunks, const u64 *key, int key_len,
+                                                   u64 *out, Lay lo, const u64 *a, Lay la,
+                                                   const long long *order, const long long *plan,
+                                                   u64 *scratch, unsigned int *counters) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = S::group_instance();
     if (i >= chunks) return;
-    coop::gbody_prod_groups<typename S::G, S::LPT>(i, k, out, lo, a, la, order, plan, scratch, counters);
+    coop::gbody_prod_groups<typename S::G, S::LPT>(i, k, out, lo, a, la, order, plan, scratch,
+                                                   counters);
 }
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_inverse_g(long long inst, const u64 *key, int key_len, u64 *out, Lay lo,
-                                               const u64 *a, Lay la, long long n, long long chunk,
-                                               unsigned int *bad) {
+__global__ void UNIFL_GROUP_BOUNDS k_inverse_g(long long inst, const u64 *key, int key_len,
+                                               u64 *out, Lay lo, const u64 *a, Lay la, long long n,
+                                               long long chunk, unsigned int *bad) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = S::group_instance();
@@ -233,25 +247,29 @@ __global__ void UNIFL_GROUP_BOUNDS k_inverse_g(long long inst, const u64 *key, i
 }
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_fixed_base_g(long long n, const u64 *key, int key_len, const u64 *table, int w,
-                                                  int nwin, u64 *out, Lay lay_2, const u64 *m, Lay lay_m,
-                                                  const u64 *a, int La) {
+__global__ void UNIFL_GROUP_BOUNDS k_fixed_base_g(long long n, const u64 *key, int key_len,
+                                                  const u64 *table, int w, int nwin, u64 *out,
+                                                  Lay lay_2, const u64 *m, Lay lay_m, const u64 *a,
+                                                  int La) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = S::group_instance();
     if (i >= n) return;
-    coop::gbody_fixed_base<typename S::G, S::LPT>(i, k, table, w, nwin, out, lay_2, m, lay_m, a, La);
+    coop::gbody_fixed_base<typename S::G, S::LPT>(i, k, table, w, nwin, out, lay_2, m, lay_m, a,
+                                                  La);
 }
 
 template <int LM>
-__global__ void UNIFL_GROUP_BOUNDS k_owner_fixed_base_g(long long n, const u64 *key, int key_len, const u64 *tp,
-                                                        const u64 *tq, int w, int nwin, u64 *out, Lay lay_2,
-                                                        const u64 *m, Lay lay_m, const u64 *a, int La) {
+__global__ void UNIFL_GROUP_BOUNDS k_owner_fixed_base_g(long long n, const u64 *key, int key_len,
+                                                        const u64 *tp, const u64 *tq, int w,
+                                                        int nwin, u64 *out, Lay lay_2, const u64 *m,
+                                                        Lay lay_m, const u64 *a, int La) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = S::group_instance();
     if (i >= n) return;
-    coop::gbody_owner_fixed_base<typename S::G, S::LPT>(i, k, tp, tq, w, nwin, out, lay_2, m, lay_m, a, La);
+    coop::gbody_owner_fixed_base<typename S::G, S::LPT>(i, k, tp, tq, w, nwin, out, lay_2, m, lay_m,
+                                                        a, La);
 }
 
 #undef UNIFL_CONVERGED_INSTANCE
@@ -291,7 +309,9 @@ int window_for(Device &d, const void *kernel, int key_len, int want, int *win) {
             if (bytes > d.smem_optin) break;
             if ((r = allow_smem(d, kernel, bytes))) return r;
             int blocks = 0;
-            if ((r = (int)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGroupBlock, bytes))) return r;
+            if ((r = (int)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel,
+                                                                        kGroupBlock, bytes)))
+                return r;
             if (w == coop::kMinWindow) least = blocks;
             if (blocks > 0 && blocks >= least) best = w;
         }
@@ -336,61 +356,69 @@ int launch_relayout(Device &d, long long n, int L, u64 *dst, Lay ld, const u64 *
     return 0;
 }
 
-int launch_mul(Device &d, const Key &k, bool group, long long n, const DBatch &o, const View &a, const View &b,
-               int mode) {
+int launch_mul(Device &d, const Key &k, bool group, long long n, const DBatch &o, const View &a,
+               const View &b, int mode) {
     const int kl = k.words();
     int r = 0;
-    const bool ok = group ? UNIFL_WITH_SHAPE(k.glmax, {
-        typedef GroupShape<LM> S;
-        unsigned grid = 0;
-        const size_t smem = S::smem(kl, 0);
-        if (!(r = one_launch_grid<S>(n, &grid)) && !(r = allow_smem(d, (const void *)k_mul_g<LM>, smem)))
-            launch(d, [&] {
-                k_mul_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(n, k.ptr, kl, o.ptr, limb_major(o), a.ptr, a.lay,
-                                                                   b.ptr, b.lay, mode);
-            });
-    }) : UNIFL_WITH_LMAX(k.lmax, {
-        const int tpb = block_size(LM);
-        launch(d, [&] {
-            k_mul<LM><<<grid_size(n, tpb), tpb, kl * 8, d.stream>>>(n, k.ptr, kl, o.ptr, limb_major(o), a.ptr, a.lay,
-                                                                    b.ptr, b.lay, mode);
-        });
-    });
+    const bool ok =
+        group ? UNIFL_WITH_SHAPE(k.glmax,
+                                 {
+                                     typedef GroupShape<LM> S;
+                                     unsigned grid = 0;
+                                     const size_t smem = S::smem(kl, 0);
+                                     if (!(r = one_launch_grid<S>(n, &grid)) &&
+                                         !(r = allow_smem(d, (const void *)k_mul_g<LM>, smem)))
+                                         launch(d, [&] {
+                                             k_mul_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
+                                                 n, k.ptr, kl, o.ptr, limb_major(o), a.ptr, a.lay,
+                                                 b.ptr, b.lay, mode);
+                                         });
+                                 })
+              : UNIFL_WITH_LMAX(k.lmax, {
+                    const int tpb = block_size(LM);
+                    launch(d, [&] {
+                        k_mul<LM><<<grid_size(n, tpb), tpb, kl * 8, d.stream>>>(
+                            n, k.ptr, kl, o.ptr, limb_major(o), a.ptr, a.lay, b.ptr, b.lay, mode);
+                    });
+                });
     return ok ? r : kErrSize;
 }
 
-int launch_exp(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &base,
-               const View &exps, int le, int e_shared, int mode) {
+int launch_exp(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
+               const View &base, const View &exps, int le, int e_shared, int mode) {
     const int kl = k.words();
     int r = 0;
     if (!group) {
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
             in_waves(d, n, [&](long long i0, long long w) {
-                k_exp<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, n, k.ptr, kl, o.ptr, limb_major(o),
-                                                                        base.ptr, base.lay, exps.ptr, le, e_shared,
-                                                                        mode);
+                k_exp<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
+                    i0, n, k.ptr, kl, o.ptr, limb_major(o), base.ptr, base.lay, exps.ptr, le,
+                    e_shared, mode);
             });
         });
         return ok ? 0 : kErrSize;
     }
     auto run = [&](auto kernel, auto shape) {
         typedef decltype(shape) S;
-        return exp_waves<S>(d, kernel, kl, t, n, [&](unsigned grid, size_t smem, long long i0, int win) {
-            kernel<<<grid, kGroupBlock, smem, d.stream>>>(i0, n, k.ptr, kl, win, o.ptr, limb_major(o), base.ptr,
-                                                          base.lay, exps.ptr, le, e_shared, mode);
-        });
+        return exp_waves<S>(
+            d, kernel, kl, t, n, [&](unsigned grid, size_t smem, long long i0, int win) {
+                kernel<<<grid, kGroupBlock, smem, d.stream>>>(i0, n, k.ptr, kl, win, o.ptr,
+                                                              limb_major(o), base.ptr, base.lay,
+                                                              exps.ptr, le, e_shared, mode);
+            });
     };
     const bool wide = use_wide(d, t, k.glmax, normal_tpi(k.glmax), n);
     d.last_wide = wide;
-    const bool ok = wide ? UNIFL_WITH_WIDE_SHAPE(k.glmax, r = run(k_exp_g<LM, true>, GroupShape<LM, true>()))
-                         : UNIFL_WITH_SHAPE(k.glmax, r = run(k_exp_g<LM, false>, GroupShape<LM, false>()));
+    const bool ok =
+        wide ? UNIFL_WITH_WIDE_SHAPE(k.glmax, r = run(k_exp_g<LM, true>, GroupShape<LM, true>()))
+             : UNIFL_WITH_SHAPE(k.glmax, r = run(k_exp_g<LM, false>, GroupShape<LM, false>()));
     return ok ? r : kErrSize;
 }
 
-int launch_multi_exp_group(Device &d, const Key &k, Tuning t, long long KP, const DBatch &res, const u64 *bases,
-                           Lay lay_b, const u64 *exps, int le, long long N, long long P, long long chunk,
-                           u64 *scratch, unsigned int *counters) {
+int launch_multi_exp_group(Device &d, const Key &k, Tuning t, long long KP, const DBatch &res,
+                           const u64 *bases, Lay lay_b, const u64 *exps, int le, long long N,
+                           long long P, long long chunk, u64 *scratch, unsigned int *counters) {
     const int kl = k.words();
     int r = 0;
     const bool ok = UNIFL_WITH_SHAPE(k.glmax, {
@@ -403,89 +431,95 @@ int launch_multi_exp_group(Device &d, const Key &k, Tuning t, long long KP, cons
             d.last_wide = 0;
             launch(d, [&] {
                 k_multi_exp_g<LM><<<grid, kGroupBlock, S::smem(kl, win), d.stream>>>(
-                    KP, k.ptr, kl, win, res.ptr, limb_major(res), bases, lay_b, exps, le, N, P, chunk, scratch,
-                    counters);
+                    KP, k.ptr, kl, win, res.ptr, limb_major(res), bases, lay_b, exps, le, N, P,
+                    chunk, scratch, counters);
             });
         }
     });
     return ok ? r : kErrSize;
 }
 
-int launch_multi_exp_thread(Device &d, const Key &k, long long K, long long N, u64 *scratch, const u64 *bases,
-                            Lay lay_b, const u64 *exps, int le) {
+int launch_multi_exp_thread(Device &d, const Key &k, long long K, long long N, u64 *scratch,
+                            const u64 *bases, Lay lay_b, const u64 *exps, int le) {
     const int kl = k.words();
     const long long S = K * N;
     const Lay lay_s{1, S};
     const bool ok = UNIFL_WITH_LMAX(k.lmax, {
         const int tpb = block_size(LM);
         in_waves(d, S, [&](long long i0, long long w) {
-            k_powers<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, S, k.ptr, kl, scratch, lay_s, bases, lay_b,
-                                                                       exps, le, N);
+            k_powers<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
+                i0, S, k.ptr, kl, scratch, lay_s, bases, lay_b, exps, le, N);
         });
         for (long long cnt = N; cnt > 1; cnt = (cnt + 1) / 2) {
             const long long inst = K * (cnt - (cnt + 1) / 2);
             launch(d, [&] {
-                k_prod_round<LM><<<grid_size(inst, tpb), tpb, kl * 8, d.stream>>>(inst, k.ptr, kl, scratch, lay_s, N,
-                                                                                  cnt);
+                k_prod_round<LM><<<grid_size(inst, tpb), tpb, kl * 8, d.stream>>>(
+                    inst, k.ptr, kl, scratch, lay_s, N, cnt);
             });
         }
     });
     return ok ? 0 : kErrSize;
 }
 
-int launch_prod_groups(Device &d, const Key &k, long long chunks, const DBatch &res, const u64 *a, Lay lay_a,
-                       const long long *order, const long long *plan, u64 *scratch, unsigned int *counters) {
+int launch_prod_groups(Device &d, const Key &k, long long chunks, const DBatch &res, const u64 *a,
+                       Lay lay_a, const long long *order, const long long *plan, u64 *scratch,
+                       unsigned int *counters) {
     const int kl = k.words();
     int r = 0;
     const bool ok = UNIFL_WITH_SHAPE(k.glmax, {
         typedef GroupShape<LM> S;
         unsigned grid = 0;
         const size_t smem = S::smem(kl, 0);
-        if (!(r = one_launch_grid<S>(chunks, &grid)) && !(r = allow_smem(d, (const void *)k_prod_groups_g<LM>, smem)))
+        if (!(r = one_launch_grid<S>(chunks, &grid)) &&
+            !(r = allow_smem(d, (const void *)k_prod_groups_g<LM>, smem)))
             launch(d, [&] {
-                k_prod_groups_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(chunks, k.ptr, kl, res.ptr, limb_major(res),
-                                                                           a, lay_a, order, plan, scratch, counters);
+                k_prod_groups_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
+                    chunks, k.ptr, kl, res.ptr, limb_major(res), a, lay_a, order, plan, scratch,
+                    counters);
             });
     });
     return ok ? r : kErrSize;
 }
 
-int launch_inverse(Device &d, const Key &k, long long inst, const DBatch &o, const View &a, long long n,
-                   long long chunk, unsigned int *bad) {
+int launch_inverse(Device &d, const Key &k, long long inst, const DBatch &o, const View &a,
+                   long long n, long long chunk, unsigned int *bad) {
     const int kl = k.words();
     int r = 0;
     const bool ok = UNIFL_WITH_SHAPE(k.glmax, {
         typedef GroupShape<LM> S;
         unsigned grid = 0;
         const size_t smem = S::smem(kl, 0);
-        if (!(r = one_launch_grid<S>(inst, &grid)) && !(r = allow_smem(d, (const void *)k_inverse_g<LM>, smem)))
+        if (!(r = one_launch_grid<S>(inst, &grid)) &&
+            !(r = allow_smem(d, (const void *)k_inverse_g<LM>, smem)))
             launch(d, [&] {
-                k_inverse_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(inst, k.ptr, kl, o.ptr, limb_major(o), a.ptr,
-                                                                       a.lay, n, chunk, bad);
+                k_inverse_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
+                    inst, k.ptr, kl, o.ptr, limb_major(o), a.ptr, a.lay, n, chunk, bad);
             });
     });
     return ok ? r : kErrSize;
 }
 
-int launch_fixed_base(Device &d, const Key &k, const Table &t, int w, int nwin, long long n, const DBatch &o,
-                      const View &m, const u64 *a, int La) {
+int launch_fixed_base(Device &d, const Key &k, const Table &t, int w, int nwin, long long n,
+                      const DBatch &o, const View &m, const u64 *a, int La) {
     const int kl = k.words();
     int r = 0;
     const bool ok = UNIFL_WITH_SHAPE(k.glmax, {
         typedef GroupShape<LM> S;
         unsigned grid = 0;
         const size_t smem = S::smem(kl, 0);
-        if (!(r = one_launch_grid<S>(n, &grid)) && !(r = allow_smem(d, (const void *)k_fixed_base_g<LM>, smem)))
+        if (!(r = one_launch_grid<S>(n, &grid)) &&
+            !(r = allow_smem(d, (const void *)k_fixed_base_g<LM>, smem)))
             launch(d, [&] {
-                k_fixed_base_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(n, k.ptr, kl, t.ptr, w, nwin, o.ptr,
-                                                                          limb_major(o), m.ptr, m.lay, a, La);
+                k_fixed_base_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
+                    n, k.ptr, kl, t.ptr, w, nwin, o.ptr, limb_major(o), m.ptr, m.lay, a, La);
             });
     });
     return ok ? r : kErrSize;
 }
 
-int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Table &tq, int w, int nwin, long long n,
-                            const DBatch &o, const View &m, const u64 *a, int La) {
+int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Table &tq, int w,
+                            int nwin, long long n, const DBatch &o, const View &m, const u64 *a,
+                            int La) {
     const int kl = k.words();
     int r = 0;
     const bool ok = UNIFL_WITH_SHAPE(k.glmax, {
@@ -496,81 +530,100 @@ int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Tabl
             !(r = allow_smem(d, (const void *)k_owner_fixed_base_g<LM>, smem)))
             launch(d, [&] {
                 k_owner_fixed_base_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
-                    n, k.ptr, kl, tp.ptr, tq.ptr, w, nwin, o.ptr, limb_major(o), m.ptr, m.lay, a, La);
+                    n, k.ptr, kl, tp.ptr, tq.ptr, w, nwin, o.ptr, limb_major(o), m.ptr, m.lay, a,
+                    La);
             });
     });
     return ok ? r : kErrSize;
 }
 
-int launch_encrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &m,
-                   const View &r_) {
+int launch_encrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
+                   const View &m, const View &r_) {
     const int kl = k.words();
     int r = 0;
     if (!group) {
         const bool ok = UNIFL_WITH_LMAX(k.lmax, {
             const int tpb = block_size(LM);
             in_waves(d, n, [&](long long i0, long long w) {
-                k_encrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, n, k.ptr, kl, o.ptr, limb_major(o),
-                                                                            m.ptr, m.lay, r_.ptr, r_.lay);
+                k_encrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
+                    i0, n, k.ptr, kl, o.ptr, limb_major(o), m.ptr, m.lay, r_.ptr, r_.lay);
             });
         });
         return ok ? 0 : kErrSize;
     }
     auto run = [&](auto kernel, auto shape) {
         typedef decltype(shape) S;
-        return exp_waves<S>(d, kernel, kl, t, n, [&](unsigned grid, size_t smem, long long i0, int win) {
-            kernel<<<grid, kGroupBlock, smem, d.stream>>>(i0, n, k.ptr, kl, win, o.ptr, limb_major(o), m.ptr, m.lay,
-                                                          r_.ptr, r_.lay);
-        });
+        return exp_waves<S>(
+            d, kernel, kl, t, n, [&](unsigned grid, size_t smem, long long i0, int win) {
+                kernel<<<grid, kGroupBlock, smem, d.stream>>>(
+                    i0, n, k.ptr, kl, win, o.ptr, limb_major(o), m.ptr, m.lay, r_.ptr, r_.lay);
+            });
     };
     const bool wide = use_wide(d, t, k.glmax, normal_tpi(k.glmax), n);
     d.last_wide = wide;
-    const bool ok = wide ? UNIFL_WITH_WIDE_SHAPE(k.glmax, r = run(k_encrypt_g<LM, true>, GroupShape<LM, true>()))
-                         : UNIFL_WITH_SHAPE(k.glmax, r = run(k_encrypt_g<LM, false>, GroupShape<LM, false>()));
+    const bool ok =
+        wide
+            ? UNIFL_WITH_WIDE_SHAPE(k.glmax, r = run(k_encrypt_g<LM, true>, GroupShape<LM, true>()))
+            : UNIFL_WITH_SHAPE(k.glmax, r = run(k_encrypt_g<LM, false>, GroupShape<LM, false>()));
     return ok ? r : kErrSize;
 }
 
 // Key-owner encryption with the CRT (both halves, the combine and the finish in one launch per
 // wave); the group kernels run in the class of 4·max(Lp, Lq) limbs (owner_group_lmax), the
 // one-thread ones in p²'s class with the n²-size numbers in twice that.
-int launch_encrypt_owner(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &m,
-                         const View &yp, const View &yq) {
+int launch_encrypt_owner(Device &d, const Key &k, bool group, Tuning t, long long n,
+                         const DBatch &o, const View &m, const View &yp, const View &yq) {
     const int kl = k.words();
     int r = 0;
-    const bool ok = group ? UNIFL_WITH_SHAPE(k.glmax, {
-        typedef GroupShape<LM> S;
-        r = exp_waves<S>(d, k_encrypt_owner_g<LM>, kl, t, n, [&](unsigned grid, size_t smem, long long i0, int win) {
-            k_encrypt_owner_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
-                i0, n, k.ptr, kl, win, o.ptr, limb_major(o), m.ptr, m.lay, yp.ptr, yp.lay, yq.ptr, yq.lay);
-        });
-        d.last_wide = 0;
-    }) : UNIFL_WITH_LMAX(k.lmax, {
-        const int tpb = block_size(LM);
-        in_waves(d, n, [&](long long i0, long long w) {
-            k_encrypt_owner<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
-                i0, n, k.ptr, kl, o.ptr, limb_major(o), m.ptr, m.lay, yp.ptr, yp.lay, yq.ptr, yq.lay);
-        });
-    });
+    const bool ok =
+        group ? UNIFL_WITH_SHAPE(k.glmax,
+                                 {
+                                     typedef GroupShape<LM> S;
+                                     r = exp_waves<S>(
+                                         d, k_encrypt_owner_g<LM>, kl, t, n,
+                                         [&](unsigned grid, size_t smem, long long i0, int win) {
+                                             k_encrypt_owner_g<LM>
+                                                 <<<grid, kGroupBlock, smem, d.stream>>>(
+                                                     i0, n, k.ptr, kl, win, o.ptr, limb_major(o),
+                                                     m.ptr, m.lay, yp.ptr, yp.lay, yq.ptr, yq.lay);
+                                         });
+                                     d.last_wide = 0;
+                                 })
+              : UNIFL_WITH_LMAX(k.lmax, {
+                    const int tpb = block_size(LM);
+                    in_waves(d, n, [&](long long i0, long long w) {
+                        k_encrypt_owner<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
+                            i0, n, k.ptr, kl, o.ptr, limb_major(o), m.ptr, m.lay, yp.ptr, yp.lay,
+                            yq.ptr, yq.lay);
+                    });
+                });
     return ok ? r : kErrSize;
 }
 
-int launch_decrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &c) {
+int launch_decrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
+                   const View &c) {
     const int kl = k.words();
     int r = 0;
-    const bool ok = group ? UNIFL_WITH_SHAPE(k.glmax, {
-        typedef GroupShape<LM> S;
-        r = exp_waves<S>(d, k_decrypt_g<LM>, kl, t, n, [&](unsigned grid, size_t smem, long long i0, int win) {
-            k_decrypt_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(i0, n, k.ptr, kl, win, o.ptr, limb_major(o),
-                                                                   c.ptr, c.lay);
-        });
-        d.last_wide = 0;
-    }) : UNIFL_WITH_LMAX(k.lmax, {
-        const int tpb = block_size(LM);
-        in_waves(d, n, [&](long long i0, long long w) {
-            k_decrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(i0, n, k.ptr, kl, o.ptr, limb_major(o), c.ptr,
-                                                                        c.lay);
-        });
-    });
+    const bool ok =
+        group ? UNIFL_WITH_SHAPE(k.glmax,
+                                 {
+                                     typedef GroupShape<LM> S;
+                                     r = exp_waves<S>(
+                                         d, k_decrypt_g<LM>, kl, t, n,
+                                         [&](unsigned grid, size_t smem, long long i0, int win) {
+                                             k_decrypt_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
+                                                 i0, n, k.ptr, kl, win, o.ptr, limb_major(o), c.ptr,
+                                                 c.lay);
+                                         });
+                                     d.last_wide = 0;
+                                 })
+              : UNIFL_WITH_LMAX(k.lmax, {
+                    const int tpb = block_size(LM);
+                    in_waves(d, n, [&](long long i0, long long w) {
+                        k_decrypt<LM><<<grid_size(w, tpb), tpb, kl * 8, d.stream>>>(
+                            i0, n, k.ptr, kl, o.ptr, limb_major(o), c.ptr, c.lay);
+                    });
+                });
     return ok ? r : kErrSize;
 }
 

@@ -39,25 +39,27 @@ UNIFL_HD void store(u64 *dst, const u64 *src, const Lay &y, long long i, int L) 
 // The key structs (a ModCtx per CTX field, an int per WORD, a pointer into the blob per LIMBS) and
 // their parsers, expanded from the tables of key_layout.h.  A parser walks the blob with `at`; each
 // CTX and WORD field is also a local of its name, so the tables' counts (`Kp * p2.L`) read as C++.
-#define UNIFL_KEY_FIELD_CTX(name) ModCtx name;
-#define UNIFL_KEY_FIELD_WORD(name) int name;
-#define UNIFL_KEY_FIELD_VALUE(name) u64 name;
+#define UNIFL_KEY_FIELD_CTX(name)          ModCtx name;
+#define UNIFL_KEY_FIELD_WORD(name)         int name;
+#define UNIFL_KEY_FIELD_VALUE(name)        u64 name;
 #define UNIFL_KEY_FIELD_LIMBS(name, count) const u64 *name;
-#define UNIFL_KEY_FIELDS(table) table(UNIFL_KEY_FIELD_CTX, UNIFL_KEY_FIELD_WORD, UNIFL_KEY_FIELD_VALUE, UNIFL_KEY_FIELD_LIMBS)
+#define UNIFL_KEY_FIELDS(table) \
+    table(UNIFL_KEY_FIELD_CTX, UNIFL_KEY_FIELD_WORD, UNIFL_KEY_FIELD_VALUE, UNIFL_KEY_FIELD_LIMBS)
 
-#define UNIFL_KEY_PARSE_CTX(name)  \
-    k.name = parse_ctx(at);        \
-    const ModCtx &name = k.name;   \
+#define UNIFL_KEY_PARSE_CTX(name) \
+    k.name = parse_ctx(at); \
+    const ModCtx &name = k.name; \
     (void)name;
-#define UNIFL_KEY_PARSE_WORD(name)             \
-    k.name = (int)*at++;                       \
-    const long long name = (long long)k.name;  \
+#define UNIFL_KEY_PARSE_WORD(name) \
+    k.name = (int)*at++; \
+    const long long name = (long long)k.name; \
     (void)name;
 #define UNIFL_KEY_PARSE_VALUE(name) k.name = *at++;
 #define UNIFL_KEY_PARSE_LIMBS(name, count) \
-    k.name = at;                           \
+    k.name = at; \
     at += (long long)(count);
-#define UNIFL_KEY_PARSE(table) table(UNIFL_KEY_PARSE_CTX, UNIFL_KEY_PARSE_WORD, UNIFL_KEY_PARSE_VALUE, UNIFL_KEY_PARSE_LIMBS)
+#define UNIFL_KEY_PARSE(table) \
+    table(UNIFL_KEY_PARSE_CTX, UNIFL_KEY_PARSE_WORD, UNIFL_KEY_PARSE_VALUE, UNIFL_KEY_PARSE_LIMBS)
 
 // a modulus context (ModCtx, bn_core.cuh); `at` moves past it
 UNIFL_HD ModCtx parse_ctx(const u64 *&at) {
@@ -98,7 +100,13 @@ constexpr int MAX_BLOB_LIMBS = 128;
 
 // Smallest instantiated capacity >= L limbs (0 when L exceeds 8192 bits).
 UNIFL_HD int lmax_class(int L) {
-    return L <= 16 ? 16 : L <= 32 ? 32 : L <= 48 ? 48 : L <= 64 ? 64 : L <= 96 ? 96 : L <= 128 ? 128 : 0;
+    return L <= 16    ? 16
+           : L <= 32  ? 32
+           : L <= 48  ? 48
+           : L <= 64  ? 64
+           : L <= 96  ? 96
+           : L <= 128 ? 128
+                      : 0;
 }
 
 // Capacity a key's bodies need: the widest number they hold in local arrays.
@@ -120,22 +128,47 @@ inline int owner_lmax(const u64 *blob) {
     OwnerKey k = parse_owner(blob);
     const int L = k.p2.L > k.q2.L ? k.p2.L : k.q2.L;
     const int c = lmax_class(L);
-    if (!c || k.n2.L > 2 * c || k.Ln > k.n2.L || k.Lp > k.p2.L || k.Lq > k.q2.L || k.p2.L > k.q2.L) return 0;
+    if (!c || k.n2.L > 2 * c || k.Ln > k.n2.L || k.Lp > k.p2.L || k.Lq > k.q2.L || k.p2.L > k.q2.L)
+        return 0;
     return c;
 }
 
 // Calls `body` with a compile-time LM equal to the runtime class `lmax`; returns false if none.
-#define UNIFL_WITH_LMAX(lmax, ...)                                   \
-    [&]() -> bool {                                                  \
-        switch (lmax) {                                              \
-            case 16: { constexpr int LM = 16; __VA_ARGS__; return true; }   \
-            case 32: { constexpr int LM = 32; __VA_ARGS__; return true; }   \
-            case 48: { constexpr int LM = 48; __VA_ARGS__; return true; }   \
-            case 64: { constexpr int LM = 64; __VA_ARGS__; return true; }   \
-            case 96: { constexpr int LM = 96; __VA_ARGS__; return true; }   \
-            case 128: { constexpr int LM = 128; __VA_ARGS__; return true; } \
-            default: return false;                                   \
-        }                                                            \
+#define UNIFL_WITH_LMAX(lmax, ...) \
+    [&]() -> bool { \
+        switch (lmax) { \
+            case 16: { \
+                constexpr int LM = 16; \
+                __VA_ARGS__; \
+                return true; \
+            } \
+            case 32: { \
+                constexpr int LM = 32; \
+                __VA_ARGS__; \
+                return true; \
+            } \
+            case 48: { \
+                constexpr int LM = 48; \
+                __VA_ARGS__; \
+                return true; \
+            } \
+            case 64: { \
+                constexpr int LM = 64; \
+                __VA_ARGS__; \
+                return true; \
+            } \
+            case 96: { \
+                constexpr int LM = 96; \
+                __VA_ARGS__; \
+                return true; \
+            } \
+            case 128: { \
+                constexpr int LM = 128; \
+                __VA_ARGS__; \
+                return true; \
+            } \
+            default: return false; \
+        } \
     }()
 
 // ------------------------------------------------------------------------------------ bodies
@@ -188,15 +221,15 @@ UNIFL_HD void body_paillier_encrypt(long long i, const u64 *key, u64 *out, Lay l
     u64 t[LMAX], g[LMAX], v[LMAX];
     set_zero(v, L2);
     load(v, r, lay_r, i, k.Ln);
-    to_mont<LMAX>(v, v, k.n2);                        // r̄ = r·R mod n²
-    mont_exp<LMAX>(t, v, k.n, k.Ln, k.n2);            // r^n·R
+    to_mont<LMAX>(v, v, k.n2);              // r̄ = r·R mod n²
+    mont_exp<LMAX>(t, v, k.n, k.Ln, k.n2);  // r^n·R
     load(v, m, lay_m, i, k.Ln);
-    mul_low(g, L2, v, k.Ln, k.n, k.Ln);               // m·n < n², fits L2 limbs
-    for (int j = 0; j < L2; ++j) {                    // + 1, m·n + 1 < n²
+    mul_low(g, L2, v, k.Ln, k.n, k.Ln);  // m·n < n², fits L2 limbs
+    for (int j = 0; j < L2; ++j) {       // + 1, m·n + 1 < n²
         if (++g[j] != 0) break;
     }
     to_mont<LMAX>(g, g, k.n2);
-    mm<LMAX>(g, g, t, k.n2);                          // (1 + m·n)·r^n·R
+    mm<LMAX>(g, g, t, k.n2);  // (1 + m·n)·r^n·R
     store(out, g, lay_2, i, L2);
 }
 
@@ -209,8 +242,9 @@ UNIFL_HD void body_paillier_encrypt(long long i, const u64 *key, u64 *out, Lay l
 // n²-size numbers use 2·LMAX.  Not constant time (see bn_core.cuh): the exponentiation skips zero
 // digits of p and q, the same for every lane, so there is no divergence but the time follows them.
 template <int LMAX>
-UNIFL_HD void body_paillier_encrypt_owner(long long i, const u64 *key, u64 *out, Lay lay_2, const u64 *m,
-                                          Lay lay_m, const u64 *yp, Lay lay_p, const u64 *yq, Lay lay_q) {
+UNIFL_HD void body_paillier_encrypt_owner(long long i, const u64 *key, u64 *out, Lay lay_2,
+                                          const u64 *m, Lay lay_m, const u64 *yp, Lay lay_p,
+                                          const u64 *yq, Lay lay_q) {
     constexpr int W = 2 * LMAX;
     const OwnerKey k = parse_owner(key);
     const int Lp2 = k.p2.L, Lq2 = k.q2.L, L2 = k.n2.L;
@@ -219,23 +253,23 @@ UNIFL_HD void body_paillier_encrypt_owner(long long i, const u64 *key, u64 *out,
     load(xp, yp, lay_p, i, k.Lp);
     to_mont<LMAX>(xp, xp, k.p2);
     mont_exp<LMAX>(xp, xp, k.p, k.Lp, k.p2);
-    from_mont<LMAX>(xp, xp, k.p2);                        // y_p^p mod p²
+    from_mont<LMAX>(xp, xp, k.p2);  // y_p^p mod p²
     set_zero(xq, Lq2);
     load(xq, yq, lay_q, i, k.Lq);
     to_mont<LMAX>(xq, xq, k.q2);
     mont_exp<LMAX>(xq, xq, k.q, k.Lq, k.q2);
-    from_mont<LMAX>(xq, xq, k.q2);                        // y_q^q mod q²
+    from_mont<LMAX>(xq, xq, k.q2);  // y_q^q mod q²
     {
         u64 t[LMAX];
         set_zero(t, Lq2);
         copy(t, xp, Lp2);
-        mod_sub(xq, xq, t, k.q2.m, Lq2);                  // x_q − x_p mod q²
-        mm<LMAX>(xq, xq, k.psqinv, k.q2);                 // ·(p²)^-1 mod q², plain
+        mod_sub(xq, xq, t, k.q2.m, Lq2);   // x_q − x_p mod q²
+        mm<LMAX>(xq, xq, k.psqinv, k.q2);  // ·(p²)^-1 mod q², plain
     }
     u64 x[W], g[W];
-    mul_low(x, L2, k.p2.m, Lp2, xq, Lq2);                 // p²·t < n²: exact in L2 limbs
+    mul_low(x, L2, k.p2.m, Lp2, xq, Lq2);  // p²·t < n²: exact in L2 limbs
     u64 carry = 0;
-    for (int j = 0; j < L2; ++j) {                        // + x_p, still < n²
+    for (int j = 0; j < L2; ++j) {  // + x_p, still < n²
         const u64 a = j < Lp2 ? xp[j] : 0;
         u64 s = x[j] + carry;
         const u64 c1 = (s < carry);
@@ -246,13 +280,13 @@ UNIFL_HD void body_paillier_encrypt_owner(long long i, const u64 *key, u64 *out,
     {
         u64 v[W];
         load(v, m, lay_m, i, k.Ln);
-        mul_low(g, L2, v, k.Ln, k.n, k.Ln);               // m·n < n²
+        mul_low(g, L2, v, k.Ln, k.n, k.Ln);  // m·n < n²
     }
-    for (int j = 0; j < L2; ++j) {                        // + 1
+    for (int j = 0; j < L2; ++j) {  // + 1
         if (++g[j] != 0) break;
     }
-    mm<W>(g, g, x, k.n2);                                 // g·x·R^-1
-    mm<W>(g, g, k.r3, k.n2);                              // g·x·R
+    mm<W>(g, g, x, k.n2);     // g·x·R^-1
+    mm<W>(g, g, k.r3, k.n2);  // g·x·R
     store(out, g, lay_2, i, L2);
 }
 
@@ -296,22 +330,22 @@ UNIFL_HD void body_prod_round(long long i, const u64 *key, u64 *scratch, Lay lay
 // The check: y = (x − 1)·s^-1 mod 2^(64·Ls) times s must give back x − 1 over all 2·Ls limbs
 // (exact iff s divides x − 1; 2·Ls <= LMAX since s² < 2^(64·sq.L) and the classes are even).
 template <int LMAX, class Load>
-UNIFL_HD bool crt_half(u64 *res, Load load_c, const ModCtx &sq, const ModCtx &s, int K, const u64 *W,
-                       const u64 *e, int Le, const u64 *inv, const u64 *hconst) {
+UNIFL_HD bool crt_half(u64 *res, Load load_c, const ModCtx &sq, const ModCtx &s, int K,
+                       const u64 *W, const u64 *e, int Le, const u64 *inv, const u64 *hconst) {
     u64 x[LMAX], y[LMAX];
-    reduce_wide<LMAX>(x, load_c, K, W, sq);           // c·Rs² mod s²
+    reduce_wide<LMAX>(x, load_c, K, W, sq);  // c·Rs² mod s²
     mont_exp<LMAX>(x, x, e, Le, sq);
-    from_mont<LMAX>(x, x, sq);                        // c^(s−1) mod s², ≡ 1 mod s for a unit
+    from_mont<LMAX>(x, x, sq);  // c^(s−1) mod s², ≡ 1 mod s for a unit
     u64 nonzero = 0;
     for (int j = 0; j < sq.L; ++j) nonzero |= x[j];
-    for (int j = 0; j < sq.L; ++j) {                  // − 1
+    for (int j = 0; j < sq.L; ++j) {  // − 1
         if (x[j]-- != 0) break;
     }
-    mul_low(y, s.L, x, sq.L, inv, s.L);               // (x − 1)/s < s, when exact
+    mul_low(y, s.L, x, sq.L, inv, s.L);  // (x − 1)/s < s, when exact
     u64 diff = 0;
     {
         u64 z[LMAX];
-        mul_low(z, 2 * s.L, y, s.L, s.m, s.L);        // y·s, the full product
+        mul_low(z, 2 * s.L, y, s.L, s.m, s.L);  // y·s, the full product
         for (int j = 0; j < 2 * s.L; ++j) diff |= z[j] ^ (j < sq.L ? x[j] : 0);
     }
     mm<LMAX>(res, y, hconst, s);
@@ -327,16 +361,18 @@ UNIFL_HD void body_paillier_decrypt(long long i, const u64 *key, u64 *out, Lay l
     const int L2 = k.L2;
     auto load_c = [&](int j) -> u64 { return j < L2 ? c[i * lay_2.se + j * lay_2.sl] : 0; };
     u64 mp[LMAX], mq[LMAX], t[LMAX], h[LMAX];
-    bool unit = crt_half<LMAX>(mp, load_c, k.p2, k.p, k.Kp, k.Wp, k.pm1, k.Lep, k.pinv, k.hpR2);  // m_p·Rp
-    unit = crt_half<LMAX>(mq, load_c, k.q2, k.q, k.Kq, k.Wq, k.qm1, k.Leq, k.qinv_w, k.hqR) && unit;  // m_q
+    bool unit =
+        crt_half<LMAX>(mp, load_c, k.p2, k.p, k.Kp, k.Wp, k.pm1, k.Lep, k.pinv, k.hpR2);  // m_p·Rp
+    unit = crt_half<LMAX>(mq, load_c, k.q2, k.q, k.Kq, k.Wq, k.qm1, k.Leq, k.qinv_w, k.hqR) &&
+           unit;  // m_q
     const int Lq = k.q.L;
     auto load_mq = [&](int j) -> u64 { return j < Lq ? mq[j] : 0; };
-    reduce_wide<LMAX>(t, load_mq, k.Kpq, k.Wpq, k.p);    // m_q·Rp mod p
+    reduce_wide<LMAX>(t, load_mq, k.Kpq, k.Wpq, k.p);  // m_q·Rp mod p
     mod_sub(t, mp, t, k.p.m, k.p.L);
-    mm<LMAX>(h, t, k.qinv_p, k.p);                       // (m_p − m_q)·q^-1 mod p, plain
-    mul_low(t, k.Ln, k.qv, Lq, h, k.p.L);                // q·h < n
+    mm<LMAX>(h, t, k.qinv_p, k.p);         // (m_p − m_q)·q^-1 mod p, plain
+    mul_low(t, k.Ln, k.qv, Lq, h, k.p.L);  // q·h < n
     u64 carry = 0;
-    for (int j = 0; j < k.Ln; ++j) {                     // + m_q
+    for (int j = 0; j < k.Ln; ++j) {  // + m_q
         const u64 a = j < Lq ? mq[j] : 0;
         u64 s = t[j] + carry;
         const u64 c1 = (s < carry);

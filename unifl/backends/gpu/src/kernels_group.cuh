@@ -25,22 +25,54 @@ namespace coop {
 
 template <int LMAX, bool kWide = false>
 struct Shape;
-template <> struct Shape<16> { static constexpr int TPI = 4, LPT = 8; };    // up to 1024 bits
-template <> struct Shape<32> { static constexpr int TPI = 8, LPT = 8; };    // 2048
-template <> struct Shape<48> { static constexpr int TPI = 16, LPT = 6; };   // 3072
-template <> struct Shape<64> { static constexpr int TPI = 16, LPT = 8; };   // 4096
-template <> struct Shape<96> { static constexpr int TPI = 32, LPT = 6; };   // 6144
-template <> struct Shape<128> { static constexpr int TPI = 32, LPT = 8; };  // 8192
+template <>
+struct Shape<16> {
+    static constexpr int TPI = 4, LPT = 8;
+};  // up to 1024 bits
+template <>
+struct Shape<32> {
+    static constexpr int TPI = 8, LPT = 8;
+};  // 2048
+template <>
+struct Shape<48> {
+    static constexpr int TPI = 16, LPT = 6;
+};  // 3072
+template <>
+struct Shape<64> {
+    static constexpr int TPI = 16, LPT = 8;
+};  // 4096
+template <>
+struct Shape<96> {
+    static constexpr int TPI = 32, LPT = 6;
+};  // 6144
+template <>
+struct Shape<128> {
+    static constexpr int TPI = 32, LPT = 8;
+};  // 8192
 // The wide shapes: twice the threads per instance (half the words each, a lower latency per
 // instance) for the batches too small to fill the device; the classes whose TPI is under 32.  The
 // 48-limb class takes the 64-limb class's wide shape (LPT must stay even: whole 64-bit limbs).
-template <> struct Shape<16, true> { static constexpr int TPI = 8, LPT = 4; };
-template <> struct Shape<32, true> { static constexpr int TPI = 16, LPT = 4; };
-template <> struct Shape<48, true> { static constexpr int TPI = 32, LPT = 4; };
-template <> struct Shape<64, true> { static constexpr int TPI = 32, LPT = 4; };
+template <>
+struct Shape<16, true> {
+    static constexpr int TPI = 8, LPT = 4;
+};
+template <>
+struct Shape<32, true> {
+    static constexpr int TPI = 16, LPT = 4;
+};
+template <>
+struct Shape<48, true> {
+    static constexpr int TPI = 32, LPT = 4;
+};
+template <>
+struct Shape<64, true> {
+    static constexpr int TPI = 32, LPT = 4;
+};
 
 // whether a class has a wide shape
-UNIFL_HD constexpr bool has_wide_shape(int lmax) { return lmax == 16 || lmax == 32 || lmax == 48 || lmax == 64; }
+UNIFL_HD constexpr bool has_wide_shape(int lmax) {
+    return lmax == 16 || lmax == 32 || lmax == 48 || lmax == 64;
+}
 
 // The class of the CRT bodies for a key with primes of Lp, Lq limbs (0: none fits).
 UNIFL_HD int crt_lmax(int Lp, int Lq) { return lmax_class(4 * (Lp > Lq ? Lp : Lq)); }
@@ -79,8 +111,8 @@ UNIFL_HD typename G::D one_at_lane0() {
 
 // ------------------------------------------------------------------------------ base ops
 template <class G, int LPT>
-UNIFL_HD void gbody_mul(long long i, const u64 *key, u64 *out, Lay lo, const u64 *a, Lay la, const u64 *b,
-                        Lay lb, int mode) {
+UNIFL_HD void gbody_mul(long long i, const u64 *key, u64 *out, Lay lo, const u64 *a, Lay la,
+                        const u64 *b, Lay lb, int mode) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     const Mod<G, LPT> md = make_mod<G, LPT>(k);
@@ -97,8 +129,8 @@ UNIFL_HD void gbody_mul(long long i, const u64 *key, u64 *out, Lay lo, const u64
 }
 
 template <class G, int LPT>
-UNIFL_HD void gbody_exp(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lo, const u64 *base,
-                        Lay lb, const u64 *exps, int Le, int e_shared, int mode) {
+UNIFL_HD void gbody_exp(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lo,
+                        const u64 *base, Lay lb, const u64 *exps, int Le, int e_shared, int mode) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     const Mod<G, LPT> md = make_mod<G, LPT>(k);
@@ -118,21 +150,21 @@ UNIFL_HD void gbody_exp(long long i, const u64 *key, u32 *tab, int win, u64 *out
 // ------------------------------------------------------------------------------ Paillier helpers
 // g = (1 + m_i·n)·R mod n² (Montgomery form) for m_i < n
 template <class G, int LPT>
-UNIFL_HD void paillier_g(Num<G, LPT> &g, const u64 *m, const Lay &lay_m, long long i, const u64 *n, int Ln,
-                         const Mod<G, LPT> &n2) {
+UNIFL_HD void paillier_g(Num<G, LPT> &g, const u64 *m, const Lay &lay_m, long long i, const u64 *n,
+                         int Ln, const Mod<G, LPT> &n2) {
     Num<G, LPT> v, nn;
     load<G, LPT>(v, m, lay_m, i, Ln);
     load_const<G, LPT>(nn, n, Ln);
     mul_low<G, LPT>(g, v, 2 * Ln, nn, n2.n32);  // m·n < n²
-    add_in<G, LPT>(g, one_at_lane0<G>());      // + 1 < n²
+    add_in<G, LPT>(g, one_at_lane0<G>());       // + 1 < n²
     to_mont<G, LPT>(g, g, n2);
 }
 
 // Key-owner finish: xh holds x_p (plain, < p²) in half 0 and x_q (< q²) in half 1.
 //   t = (x_q − x_p)·(p²)^-1 mod q²,  x = x_p + p²·t < n²,  c̄ = (1 + m·n)·x·R mod n².
 template <class G, int LPT>
-UNIFL_HD void owner_finish(long long i, const OwnerKey &k, const Num<G, LPT> &xh, u64 *out, const Lay &lay_2,
-                           const u64 *m, const Lay &lay_m) {
+UNIFL_HD void owner_finish(long long i, const OwnerKey &k, const Num<G, LPT> &xh, u64 *out,
+                           const Lay &lay_2, const u64 *m, const Lay &lay_m) {
     typedef typename G::Half H;
     constexpr int half = G::TPI / 2;
     Num<G, LPT> xp_up, tq = xh;
@@ -156,16 +188,16 @@ UNIFL_HD void owner_finish(long long i, const OwnerKey &k, const Num<G, LPT> &xh
     mul_low<G, LPT>(x, g, 2 * k.p2.L, t, n2.n32);  // p²·t, exact (< n²)
     add<G, LPT>(x, x, xp);
     paillier_g<G, LPT>(g, m, lay_m, i, k.n, k.Ln, n2);  // (1 + m·n)·R
-    mont_mul<G, LPT>(g, g, x, n2);                       // (1 + m·n)·x
-    to_mont<G, LPT>(g, g, n2);                           // (1 + m·n)·x·R
+    mont_mul<G, LPT>(g, g, x, n2);                      // (1 + m·n)·x
+    to_mont<G, LPT>(g, g, n2);                          // (1 + m·n)·x·R
     store<G, LPT>(out, lay_2, i, k.n2.L, g);
 }
 
 // ------------------------------------------------------------------------------ Paillier
 // c̄_i = (1 + m_i·n)·r_i^n·R mod n²  (UniFL Alg. 4)
 template <class G, int LPT>
-UNIFL_HD void gbody_paillier_encrypt(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lay_2,
-                                     const u64 *m, Lay lay_m, const u64 *r, Lay lay_r) {
+UNIFL_HD void gbody_paillier_encrypt(long long i, const u64 *key, u32 *tab, int win, u64 *out,
+                                     Lay lay_2, const u64 *m, Lay lay_m, const u64 *r, Lay lay_r) {
     const PubKey k = parse_pub(key);
     const Mod<G, LPT> n2 = make_mod<G, LPT>(k.n2);
     Num<G, LPT> v, g;
@@ -180,9 +212,9 @@ UNIFL_HD void gbody_paillier_encrypt(long long i, const u64 *key, u32 *tab, int 
 // Key-owner encryption with the CRT: the half groups raise y_p^p mod p² and y_q^q mod q² in step
 // (same digit count, every digit multiplies), then owner_finish.
 template <class G, int LPT>
-UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lay_2,
-                                           const u64 *m, Lay lay_m, const u64 *yp, Lay lay_p, const u64 *yq,
-                                           Lay lay_q) {
+UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab, int win, u64 *out,
+                                           Lay lay_2, const u64 *m, Lay lay_m, const u64 *yp,
+                                           Lay lay_p, const u64 *yq, Lay lay_q) {
     typedef typename G::Half H;
     const OwnerKey k = parse_owner(key);
     const int ndp = exp_digits(k.p, k.Lp, win), ndq = exp_digits(k.q, k.Lq, win);
@@ -191,12 +223,11 @@ UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab
     G::halves([&](H, int s) {
         const Mod<H, LPT> md = make_mod<H, LPT>(either(s, k.p2, k.q2));
         Num<H, LPT> x;
-        if (s)
-            load<H, LPT>(x, yq, lay_q, i, k.Lq);
-        else
-            load<H, LPT>(x, yp, lay_p, i, k.Lp);
+        if (s) load<H, LPT>(x, yq, lay_q, i, k.Lq);
+        else load<H, LPT>(x, yp, lay_p, i, k.Lp);
         to_mont<H, LPT>(x, x, md);
-        mont_exp<H, LPT>(x, x, s ? k.q : k.p, s ? k.Lq : k.Lp, nd, true, md, tab + s * table_words<H, LPT>(win), win);
+        mont_exp<H, LPT>(x, x, s ? k.q : k.p, s ? k.Lq : k.Lp, nd, true, md,
+                         tab + s * table_words<H, LPT>(win), win);
         from_mont<H, LPT>(x, x, md);
         from_half<G, LPT>(xh, x, s);
     });
@@ -207,8 +238,8 @@ UNIFL_HD void gbody_paillier_encrypt_owner(long long i, const u64 *key, u32 *tab
 // s² by a wide reduction over chunks of c, x = c^(s−1) mod s², the exactness check of (x − 1)/s
 // as y = (x − 1)·s^-1 mod 2^(64·Ls) with y·s == x − 1, and y·h_s; then the full group joins them.
 template <class G, int LPT>
-UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int win, u64 *out, Lay lay_n,
-                                     const u64 *c, Lay lay_2) {
+UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int win, u64 *out,
+                                     Lay lay_n, const u64 *c, Lay lay_2) {
     typedef typename G::Half H;
     constexpr int half = G::TPI / 2;
     const PrivKey k = parse_priv(key);
@@ -237,13 +268,13 @@ UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int 
         set_u32<H, LPT>(w, 1u);
         sub<H, LPT>(x, x, w);  // x − 1
         load_const<H, LPT>(w, s ? k.qinv_w : k.pinv, sc.L);
-        mul_low<H, LPT>(y, x, msq.n32, w, 2 * sc.L);          // (x − 1)·s^-1 mod 2^(64·Ls)
+        mul_low<H, LPT>(y, x, msq.n32, w, 2 * sc.L);  // (x − 1)·s^-1 mod 2^(64·Ls)
         load_const<H, LPT>(w, sc.m, sc.L);
-        mul_low<H, LPT>(z, y, 2 * sc.L, w, LPT * H::TPI);      // y·s, the full product
+        mul_low<H, LPT>(z, y, 2 * sc.L, w, LPT * H::TPI);  // y·s, the full product
         const bool exact = equal<H, LPT>(z, x);
         const Mod<H, LPT> ms = make_mod<H, LPT>(sc);
         load_const<H, LPT>(w, s ? k.hqR : k.hpR2, sc.L);
-        mont_mul<H, LPT>(y, y, w, ms);                         // m_p·Rp (half 0), m_q (half 1)
+        mont_mul<H, LPT>(y, y, w, ms);  // m_p·Rp (half 0), m_q (half 1)
         from_half<G, LPT>(res, y, s);
         set_u32<H, LPT>(z, nonzero && exact ? 1u : 0u);
         from_half<G, LPT>(unit, z, s);
@@ -273,7 +304,7 @@ UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int 
     Num<G, LPT> q, mm;
     load_const<G, LPT>(q, k.qv, k.q.L);
     mul_low<G, LPT>(mm, h, 2 * k.p.L, q, LPT * G::TPI);  // q·h < n
-    add<G, LPT>(mm, mm, mq);                            // + m_q
+    add<G, LPT>(mm, mm, mq);                             // + m_q
     const bool ok = G::bcast(unit.w[0], 0) && G::bcast(unit.w[0], half);
     if (!ok) {  // the all-ones sentinel row (see body_paillier_decrypt)
         UNIFL_UNROLL
@@ -288,8 +319,9 @@ UNIFL_HD void gbody_paillier_decrypt(long long i, const u64 *key, u32 *tab, int 
 // multiplies them all into the row.  The partials are read past L1 (gather_cg): other groups of
 // this launch wrote them.
 template <class G, int LPT>
-UNIFL_HD void join_parts(Num<G, LPT> &acc, u64 *out, const Lay &lo, long long row, u64 *scratch, long long slot,
-                         long long first, long long parts, unsigned int *counter, const Mod<G, LPT> &md) {
+UNIFL_HD void join_parts(Num<G, LPT> &acc, u64 *out, const Lay &lo, long long row, u64 *scratch,
+                         long long slot, long long first, long long parts, unsigned int *counter,
+                         const Mod<G, LPT> &md) {
     const int L = md.ctx.L;
     if (parts == 1) {
         store<G, LPT>(out, lo, row, L, acc);
@@ -313,8 +345,8 @@ UNIFL_HD void join_parts(Num<G, LPT> &acc, u64 *out, const Lay &lo, long long ro
 // K zeros before the launch).  exps: (K, N, Le) element-major.
 template <class G, int LPT>
 UNIFL_HD void gbody_multi_exp(long long inst, const u64 *key, u32 *tab, int win, u64 *out, Lay lo,
-                              const u64 *bases, Lay lb, const u64 *exps, int Le, long long N, long long P,
-                              long long chunk, u64 *scratch, unsigned int *counters) {
+                              const u64 *bases, Lay lb, const u64 *exps, int Le, long long N,
+                              long long P, long long chunk, u64 *scratch, unsigned int *counters) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     const Mod<G, LPT> md = make_mod<G, LPT>(k);
@@ -337,8 +369,8 @@ UNIFL_HD void gbody_multi_exp(long long inst, const u64 *key, u32 *tab, int win,
 // The last chunk of a group to arrive multiplies the group's partials (scratch, counters as in
 // gbody_multi_exp).
 template <class G, int LPT>
-UNIFL_HD void gbody_prod_groups(long long inst, const u64 *key, u64 *out, Lay lo, const u64 *a, Lay la,
-                                const long long *order, const long long *plan, u64 *scratch,
+UNIFL_HD void gbody_prod_groups(long long inst, const u64 *key, u64 *out, Lay lo, const u64 *a,
+                                Lay la, const long long *order, const long long *plan, u64 *scratch,
                                 unsigned int *counters) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
@@ -356,7 +388,9 @@ UNIFL_HD void gbody_prod_groups(long long inst, const u64 *key, u64 *out, Lay lo
 
 // ---- inversion
 template <class G, int LPT>
-UNIFL_HD bool is_even(const Num<G, LPT> &x) { return (G::bcast(x.w[0], 0) & 1u) == 0; }
+UNIFL_HD bool is_even(const Num<G, LPT> &x) {
+    return (G::bcast(x.w[0], 0) & 1u) == 0;
+}
 
 // x = (x + top·2^(32·C)) / 2 for a uniform top bit
 template <class G, int LPT>
@@ -410,8 +444,8 @@ UNIFL_HD bool mod_inverse(Num<G, LPT> &r, const Num<G, LPT> &x, const Mod<G, LPT
 // extended Euclid per chunk.  A chunk with a non-invertible row counts in *bad (its rows are
 // then undefined; the host refuses the whole batch).
 template <class G, int LPT>
-UNIFL_HD void gbody_inverse(long long inst, const u64 *key, u64 *out, Lay lo, const u64 *a, Lay la, long long n,
-                            long long chunk, unsigned int *bad) {
+UNIFL_HD void gbody_inverse(long long inst, const u64 *key, u64 *out, Lay lo, const u64 *a, Lay la,
+                            long long n, long long chunk, unsigned int *bad) {
     const u64 *p = key;
     const ModCtx k = parse_ctx(p);
     const Mod<G, LPT> md = make_mod<G, LPT>(k);
@@ -461,8 +495,8 @@ UNIFL_HD void comb_power(Num<G, LPT> &acc, const u64 *table, int w, int nwin, co
 
 // c̄_i = (1 + m_i·n)·hs^(a_i)·R mod n², hs^a from the comb table of n²
 template <class G, int LPT>
-UNIFL_HD void gbody_fixed_base(long long i, const u64 *key, const u64 *table, int w, int nwin, u64 *out,
-                               Lay lay_2, const u64 *m, Lay lay_m, const u64 *a, int La) {
+UNIFL_HD void gbody_fixed_base(long long i, const u64 *key, const u64 *table, int w, int nwin,
+                               u64 *out, Lay lay_2, const u64 *m, Lay lay_m, const u64 *a, int La) {
     const PubKey k = parse_pub(key);
     const Mod<G, LPT> n2 = make_mod<G, LPT>(k.n2);
     Num<G, LPT> h, g;
@@ -475,8 +509,9 @@ UNIFL_HD void gbody_fixed_base(long long i, const u64 *key, const u64 *table, in
 // the key owner's: hs^a mod p² and mod q² from the half-size comb tables (tp, tq), then
 // owner_finish
 template <class G, int LPT>
-UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp, const u64 *tq, int w, int nwin,
-                                     u64 *out, Lay lay_2, const u64 *m, Lay lay_m, const u64 *a, int La) {
+UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp, const u64 *tq,
+                                     int w, int nwin, u64 *out, Lay lay_2, const u64 *m, Lay lay_m,
+                                     const u64 *a, int La) {
     typedef typename G::Half H;
     const OwnerKey k = parse_owner(key);
     Num<G, LPT> xh;
@@ -492,38 +527,38 @@ UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp,
 
 // Calls `body` with compile-time LM (the class) and its shape (TPI, LPT); false if the class is
 // none.  UNIFL_WITH_WIDE_SHAPE: the wide shape, for the classes that have one.
-#define UNIFL_SHAPE_CASE(lm, wide, ...)                                                        \
-    case lm: {                                                                               \
-        constexpr int LM = lm;                                                               \
-        constexpr int TPI = unifl_gpu::coop::Shape<lm, wide>::TPI;                           \
-        constexpr int LPT = unifl_gpu::coop::Shape<lm, wide>::LPT;                           \
-        (void)LM;                                                                            \
-        (void)TPI;                                                                           \
-        (void)LPT;                                                                           \
-        __VA_ARGS__;                                                                         \
-        return true;                                                                         \
+#define UNIFL_SHAPE_CASE(lm, wide, ...) \
+    case lm: { \
+        constexpr int LM = lm; \
+        constexpr int TPI = unifl_gpu::coop::Shape<lm, wide>::TPI; \
+        constexpr int LPT = unifl_gpu::coop::Shape<lm, wide>::LPT; \
+        (void)LM; \
+        (void)TPI; \
+        (void)LPT; \
+        __VA_ARGS__; \
+        return true; \
     }
-#define UNIFL_WITH_SHAPE(lmax, ...)                   \
-    [&]() -> bool {                                   \
-        switch (lmax) {                               \
-            UNIFL_SHAPE_CASE(16, false, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(32, false, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(48, false, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(64, false, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(96, false, __VA_ARGS__)  \
+#define UNIFL_WITH_SHAPE(lmax, ...) \
+    [&]() -> bool { \
+        switch (lmax) { \
+            UNIFL_SHAPE_CASE(16, false, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(32, false, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(48, false, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(64, false, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(96, false, __VA_ARGS__) \
             UNIFL_SHAPE_CASE(128, false, __VA_ARGS__) \
-            default: return false;                    \
-        }                                             \
+            default: return false; \
+        } \
     }()
-#define UNIFL_WITH_WIDE_SHAPE(lmax, ...)             \
-    [&]() -> bool {                                  \
-        switch (lmax) {                              \
-            UNIFL_SHAPE_CASE(16, true, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(32, true, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(48, true, __VA_ARGS__)  \
-            UNIFL_SHAPE_CASE(64, true, __VA_ARGS__)  \
-            default: return false;                   \
-        }                                            \
+#define UNIFL_WITH_WIDE_SHAPE(lmax, ...) \
+    [&]() -> bool { \
+        switch (lmax) { \
+            UNIFL_SHAPE_CASE(16, true, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(32, true, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(48, true, __VA_ARGS__) \
+            UNIFL_SHAPE_CASE(64, true, __VA_ARGS__) \
+            default: return false; \
+        } \
     }()
 
 }  // namespace coop

@@ -31,53 +31,53 @@
 // kind 0: a modulus context, alone (MontMult, ModMult, ModExp, multi-exponentiation, products,
 // inversion) or inside the other kinds; R = 2^(64·L), n0inv = −m^-1 mod 2^64
 #define UNIFL_LAYOUT_MOD_CTX(CTX, WORD, VALUE, LIMBS) \
-    VALUE(n0inv)                                      \
-    WORD(L)                                           \
-    LIMBS(m, L)                                       \
-    LIMBS(r1, L)                                      \
+    VALUE(n0inv) \
+    WORD(L) \
+    LIMBS(m, L) \
+    LIMBS(r1, L) \
     LIMBS(r2, L)
 
 // kind 1: Paillier public key (encryption, fixed base)
 #define UNIFL_LAYOUT_PUB_KEY(CTX, WORD, VALUE, LIMBS) \
-    CTX(n2)                                    \
-    WORD(Ln)                                   \
+    CTX(n2) \
+    WORD(Ln) \
     LIMBS(n, Ln)
 
 // kind 2: Paillier private key (CRT decryption)
 #define UNIFL_LAYOUT_PRIV_KEY(CTX, WORD, VALUE, LIMBS) \
-    CTX(p2)                                     \
-    CTX(q2)                                     \
-    CTX(p)                                      \
-    CTX(q)                                      \
-    WORD(L2)                                    \
-    WORD(Kp)                                    \
-    LIMBS(Wp, Kp * p2.L)                        \
-    WORD(Kq)                                    \
-    LIMBS(Wq, Kq * q2.L)                        \
-    WORD(Lep)                                   \
-    LIMBS(pm1, Lep)                             \
-    WORD(Leq)                                   \
-    LIMBS(qm1, Leq)                             \
-    LIMBS(pinv, p.L)                            \
-    LIMBS(qinv_w, q.L)                          \
-    LIMBS(hpR2, p.L)                            \
-    LIMBS(hqR, q.L)                             \
-    WORD(Kpq)                                   \
-    LIMBS(Wpq, Kpq * p.L)                       \
-    LIMBS(qinv_p, p.L)                          \
-    LIMBS(qv, q.L)                              \
+    CTX(p2) \
+    CTX(q2) \
+    CTX(p) \
+    CTX(q) \
+    WORD(L2) \
+    WORD(Kp) \
+    LIMBS(Wp, Kp *p2.L) \
+    WORD(Kq) \
+    LIMBS(Wq, Kq *q2.L) \
+    WORD(Lep) \
+    LIMBS(pm1, Lep) \
+    WORD(Leq) \
+    LIMBS(qm1, Leq) \
+    LIMBS(pinv, p.L) \
+    LIMBS(qinv_w, q.L) \
+    LIMBS(hpR2, p.L) \
+    LIMBS(hqR, q.L) \
+    WORD(Kpq) \
+    LIMBS(Wpq, Kpq *p.L) \
+    LIMBS(qinv_p, p.L) \
+    LIMBS(qv, q.L) \
     WORD(Ln)
 
 // kind 3: the key owner's encryption with the CRT (p < q)
 #define UNIFL_LAYOUT_OWNER_KEY(CTX, WORD, VALUE, LIMBS) \
-    CTX(n2)                                      \
-    CTX(p2)                                      \
-    CTX(q2)                                      \
-    WORD(Ln)                                     \
-    LIMBS(n, Ln)                                 \
-    WORD(Lp)                                     \
-    LIMBS(p, Lp)                                 \
-    WORD(Lq)                                     \
-    LIMBS(q, Lq)                                 \
-    LIMBS(psqinv, q2.L)                          \
+    CTX(n2) \
+    CTX(p2) \
+    CTX(q2) \
+    WORD(Ln) \
+    LIMBS(n, Ln) \
+    WORD(Lp) \
+    LIMBS(p, Lp) \
+    WORD(Lq) \
+    LIMBS(q, Lq) \
+    LIMBS(psqinv, q2.L) \
     LIMBS(r3, n2.L)

@@ -26,30 +26,33 @@ constexpr int kWideWarpsPerSm = 4;
 
 int launch_relayout(Device &d, long long n, int L, u64 *dst, Lay ld, const u64 *src, Lay ls);
 
-int launch_mul(Device &d, const Key &k, bool group, long long n, const DBatch &o, const View &a, const View &b,
-               int mode);
-int launch_exp(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &base,
-               const View &exps, int le, int e_shared, int mode);
+int launch_mul(Device &d, const Key &k, bool group, long long n, const DBatch &o, const View &a,
+               const View &b, int mode);
+int launch_exp(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
+               const View &base, const View &exps, int le, int e_shared, int mode);
 // multi-exponentiation: the cooperative one-launch form (K·P groups; scratch and counters staged)
-int launch_multi_exp_group(Device &d, const Key &k, Tuning t, long long KP, const DBatch &res, const u64 *bases,
-                           Lay lay_b, const u64 *exps, int le, long long N, long long P, long long chunk,
-                           u64 *scratch, unsigned int *counters);
+int launch_multi_exp_group(Device &d, const Key &k, Tuning t, long long KP, const DBatch &res,
+                           const u64 *bases, Lay lay_b, const u64 *exps, int le, long long N,
+                           long long P, long long chunk, u64 *scratch, unsigned int *counters);
 // ... and the one-thread form: K·N powers into scratch (waves), then the halving rounds
-int launch_multi_exp_thread(Device &d, const Key &k, long long K, long long N, u64 *scratch, const u64 *bases,
-                            Lay lay_b, const u64 *exps, int le);
-int launch_prod_groups(Device &d, const Key &k, long long chunks, const DBatch &res, const u64 *a, Lay lay_a,
-                       const long long *order, const long long *plan, u64 *scratch, unsigned int *counters);
-int launch_inverse(Device &d, const Key &k, long long inst, const DBatch &o, const View &a, long long n,
-                   long long chunk, unsigned int *bad);
-int launch_fixed_base(Device &d, const Key &k, const Table &t, int w, int nwin, long long n, const DBatch &o,
-                      const View &m, const u64 *a, int La);
-int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Table &tq, int w, int nwin, long long n,
-                            const DBatch &o, const View &m, const u64 *a, int La);
-int launch_encrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &m,
-                   const View &r);
-int launch_encrypt_owner(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &m,
-                         const View &yp, const View &yq);
-int launch_decrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o, const View &c);
+int launch_multi_exp_thread(Device &d, const Key &k, long long K, long long N, u64 *scratch,
+                            const u64 *bases, Lay lay_b, const u64 *exps, int le);
+int launch_prod_groups(Device &d, const Key &k, long long chunks, const DBatch &res, const u64 *a,
+                       Lay lay_a, const long long *order, const long long *plan, u64 *scratch,
+                       unsigned int *counters);
+int launch_inverse(Device &d, const Key &k, long long inst, const DBatch &o, const View &a,
+                   long long n, long long chunk, unsigned int *bad);
+int launch_fixed_base(Device &d, const Key &k, const Table &t, int w, int nwin, long long n,
+                      const DBatch &o, const View &m, const u64 *a, int La);
+int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Table &tq, int w,
+                            int nwin, long long n, const DBatch &o, const View &m, const u64 *a,
+                            int La);
+int launch_encrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
+                   const View &m, const View &r);
+int launch_encrypt_owner(Device &d, const Key &k, bool group, Tuning t, long long n,
+                         const DBatch &o, const View &m, const View &yp, const View &yq);
+int launch_decrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
+                   const View &c);
 
 }  // namespace rt
 }  // namespace unifl_gpu

@@ -37,7 +37,9 @@ namespace {
 // ---------------------------------------------------------------- RAII helpers around BIGNUM
 struct Bn {
     BIGNUM *p;
-    Bn() : p(BN_new()) { if (!p) throw std::bad_alloc(); }
+    Bn() : p(BN_new()) {
+        if (!p) throw std::bad_alloc();
+    }
     ~Bn() { BN_clear_free(p); }
     Bn(const Bn &) = delete;
     Bn &operator=(const Bn &) = delete;
@@ -47,7 +49,9 @@ struct Bn {
 
 struct Ctx {
     BN_CTX *p;
-    Ctx() : p(BN_CTX_new()) { if (!p) throw std::bad_alloc(); }
+    Ctx() : p(BN_CTX_new()) {
+        if (!p) throw std::bad_alloc();
+    }
     ~Ctx() { BN_CTX_free(p); }
     operator BN_CTX *() const { return p; }
 };
@@ -212,8 +216,12 @@ template <class F>
 void parallel_for(size_t n, int threads, size_t min_chunk, F f) {
     if (n == 0) return;
     min_chunk = std::max<size_t>(1, min_chunk);
-    size_t t = std::max<size_t>(1, std::min<size_t>(size_t(threads), (n + min_chunk - 1) / min_chunk));
-    if (t == 1) { f(size_t(0), n); return; }
+    size_t t =
+        std::max<size_t>(1, std::min<size_t>(size_t(threads), (n + min_chunk - 1) / min_chunk));
+    if (t == 1) {
+        f(size_t(0), n);
+        return;
+    }
     std::exception_ptr err;
     std::mutex mu;
     size_t chunk = std::max(min_chunk, (n + 8 * t - 1) / (8 * t));
@@ -275,12 +283,15 @@ std::string shape_of(const py::array &a) {
 template <class T>
 void check_layout(const py::array &a, const char *fn, const char *name, const char *tname) {
     if (!a.dtype().equal(py::dtype::of<T>()))
-        bad_arg(fn, name, std::string("must be a ") + tname + " array (native byte order), got dtype " +
-                              std::string(py::str(a.dtype())));
+        bad_arg(fn, name,
+                std::string("must be a ") + tname + " array (native byte order), got dtype " +
+                    std::string(py::str(a.dtype())));
     if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
-        bad_arg(fn, name, "must be C-contiguous (np.ascontiguousarray), got a strided view of shape " +
-                              shape_of(a));
-    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_)) bad_arg(fn, name, "must be aligned");
+        bad_arg(fn, name,
+                "must be C-contiguous (np.ascontiguousarray), got a strided view of shape " +
+                    shape_of(a));
+    if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+        bad_arg(fn, name, "must be aligned");
 }
 
 // dims: the expected size of each dimension, kAny for any; one_ok: the first dimension may also be 1
@@ -292,13 +303,17 @@ Limbs limbs_arg(const py::array &a, const char *fn, const char *name, std::vecto
         for (size_t d = 0; d < dims.size(); ++d) {
             if (d) s += ", ";
             if (d == 0 && one_ok) s += "1|";
-            s += dims[d] != kAny ? std::to_string(dims[d]) : d == 0 ? "N" : d + 1 == dims.size() ? "Le" : "*";
+            s += dims[d] != kAny        ? std::to_string(dims[d])
+                 : d == 0               ? "N"
+                 : d + 1 == dims.size() ? "Le"
+                                        : "*";
         }
         return s + (dims.size() == 1 ? ",)" : ")");
     };
     if (a.ndim() != py::ssize_t(dims.size()))
-        bad_arg(fn, name, "must have shape " + want() + ", got " + std::to_string(a.ndim()) +
-                              "-D shape " + shape_of(a));
+        bad_arg(fn, name,
+                "must have shape " + want() + ", got " + std::to_string(a.ndim()) + "-D shape " +
+                    shape_of(a));
     for (size_t d = 0; d < dims.size(); ++d) {
         if (dims[d] == kAny || a.shape(d) == dims[d]) continue;
         if (d == 0 && one_ok && a.shape(0) == 1) continue;
@@ -317,7 +332,8 @@ int threads_arg(int threads, const char *fn) {
 // Exponent limb count: the loops read Le limbs per exponent; an empty exponent row is refused.
 int exp_limbs_arg(const Limbs &e, const char *fn, const char *name) {
     py::ssize_t le = e.shape(e.ndim() - 1);
-    if (le < 1 || le > 1024) bad_arg(fn, name, "must have 1..1024 limbs per exponent, got " + std::to_string(le));
+    if (le < 1 || le > 1024)
+        bad_arg(fn, name, "must have 1..1024 limbs per exponent, got " + std::to_string(le));
     return int(le);
 }
 
@@ -329,9 +345,11 @@ struct Modulus {
     explicit Modulus(py::array m_arr) : limbs(0), mont(nullptr) {
         Limbs m_limbs = limbs_arg(m_arr, "Modulus", "m", {kAny});
         py::ssize_t L = m_limbs.shape(0);
-        if (L < 1 || L > 256) bad_arg("Modulus", "m", "must have 1..256 limbs, got " + std::to_string(L));
+        if (L < 1 || L > 256)
+            bad_arg("Modulus", "m", "must have 1..256 limbs, got " + std::to_string(L));
         const u64 *pm = m_limbs.data();
-        if (pm[L - 1] == 0) bad_arg("Modulus", "m", "has a zero top limb (limb count must be ceil(bits/64))");
+        if (pm[L - 1] == 0)
+            bad_arg("Modulus", "m", "has a zero top limb (limb count must be ceil(bits/64))");
         if (!(pm[0] & 1)) bad_arg("Modulus", "m", "must be odd (Montgomery arithmetic)");
         if (L == 1 && pm[0] < 3) bad_arg("Modulus", "m", "must be > 2");
         limbs = int(L);
@@ -388,7 +406,10 @@ int window_for(int bits) {
 void mont_pow(const Modulus &M, BIGNUM *r, const BIGNUM *x, const Exponent &e, BN_CTX *ctx,
               std::vector<Bn> &table) {
     int nb = e.bits();
-    if (nb == 0) { BN_copy(r, M.one_mont); return; }
+    if (nb == 0) {
+        BN_copy(r, M.one_mont);
+        return;
+    }
     int w = window_for(nb);
     size_t tsize = size_t(1) << (w - 1);
     if (table.size() < tsize) table.resize(tsize);
@@ -436,11 +457,16 @@ Limbs mont_mul(const Modulus &M, py::array a_, py::array b_, int threads) {
     {
         py::gil_scoped_release nogil;
         parallel_for(size_t(n), threads, min_chunk_for(L, 1), [&](size_t s, size_t e) {
-            Ctx ctx; Bn x, y, r;
+            Ctx ctx;
+            Bn x, y, r;
             for (size_t i = s; i < e; ++i) {
                 load(x, pa + i * L, L);
-                if (pa + i * L == pb + i * L) { M.mul(r, x, x, ctx); }
-                else { load(y, pb + i * L, L); M.mul(r, x, y, ctx); }
+                if (pa + i * L == pb + i * L) {
+                    M.mul(r, x, x, ctx);
+                } else {
+                    load(y, pb + i * L, L);
+                    M.mul(r, x, y, ctx);
+                }
                 store(r, po + i * L, L);
             }
         });
@@ -460,11 +486,13 @@ Limbs mod_mul(const Modulus &M, py::array a_, py::array b_, int threads) {
     {
         py::gil_scoped_release nogil;
         parallel_for(size_t(n), threads, min_chunk_for(L, 2), [&](size_t s, size_t e) {
-            Ctx ctx; Bn x, y, r;
+            Ctx ctx;
+            Bn x, y, r;
             for (size_t i = s; i < e; ++i) {
-                load(x, pa + i * L, L); load(y, pb + i * L, L);
-                M.mul(r, x, y, ctx);       // a·b·R^-1
-                M.mul(r, r, M.rr, ctx);    // ·R²·R^-1 = a·b
+                load(x, pa + i * L, L);
+                load(y, pb + i * L, L);
+                M.mul(r, x, y, ctx);     // a·b·R^-1
+                M.mul(r, r, M.rr, ctx);  // ·R²·R^-1 = a·b
                 store(r, po + i * L, L);
             }
         });
@@ -492,10 +520,11 @@ Limbs mont_inverse(const Modulus &M, py::array a_, int threads) {
         size_t per_thread = (n + size_t(std::max(threads, 1)) - 1) / size_t(std::max(threads, 1));
         size_t chunk = std::max({size_t(64), min_chunk_for(L, 3), per_thread});
         parallel_for(n, threads, chunk, [&](size_t s, size_t e) {
-            Ctx ctx; Bn x, acc, inv, t;
+            Ctx ctx;
+            Bn x, acc, inv, t;
             load(acc, pa + s * L, L);
             store(acc, po + s * L, L);
-            for (size_t i = s + 1; i < e; ++i) {           // prefix products, Montgomery form
+            for (size_t i = s + 1; i < e; ++i) {  // prefix products, Montgomery form
                 load(x, pa + i * L, L);
                 M.mul(acc, acc, x, ctx);
                 store(acc, po + i * L, L);
@@ -506,10 +535,10 @@ Limbs mont_inverse(const Modulus &M, py::array a_, int threads) {
                 throw std::domain_error("mont_inverse: an element is not invertible modulo m");
             M.mul(inv, inv, M.rr, ctx);
             for (size_t i = e - 1; i > s; --i) {
-                load(t, po + (i - 1) * L, L);               // P_(i-1)·R
-                M.mul(acc, inv, t, ctx);                    // x_i^-1·R
+                load(t, po + (i - 1) * L, L);  // P_(i-1)·R
+                M.mul(acc, inv, t, ctx);       // x_i^-1·R
                 load(x, pa + i * L, L);
-                M.mul(inv, inv, x, ctx);                    // P_(i-1)^-1·R
+                M.mul(inv, inv, x, ctx);  // P_(i-1)^-1·R
                 store(acc, po + i * L, L);
             }
             store(inv, po + s * L, L);
@@ -534,7 +563,8 @@ Limbs exp_batch(const Modulus &M, py::array base_, py::array exps_, bool mont, i
     {
         py::gil_scoped_release nogil;
         parallel_for(size_t(n), threads, 1, [&](size_t s, size_t e) {
-            Ctx ctx; Bn x, r;
+            Ctx ctx;
+            Bn x, r;
             std::vector<Bn> table;
             for (size_t i = s; i < e; ++i) {
                 Exponent ex{pe + (shared ? 0 : i * le), le};
@@ -570,12 +600,14 @@ Limbs exp_secret(const Modulus &M, py::array base_, py::array exps_, int threads
     {
         py::gil_scoped_release nogil;
         parallel_for(size_t(n), threads, 1, [&](size_t s, size_t e) {
-            Ctx ctx; Bn x, ex, r;
+            Ctx ctx;
+            Bn x, ex, r;
             if (shared) load(ex, pe, le);
             for (size_t i = s; i < e; ++i) {
                 if (!shared) load(ex, pe + i * le, le);
                 load(x, pb + i * L, L);
-                ok(BN_mod_exp_mont_consttime(r, x, ex, M.m, ctx, M.mont), "BN_mod_exp_mont_consttime");
+                ok(BN_mod_exp_mont_consttime(r, x, ex, M.m, ctx, M.mont),
+                   "BN_mod_exp_mont_consttime");
                 store(r, po + i * L, L);
             }
         });
@@ -619,8 +651,12 @@ Limbs multi_exp(const Modulus &M, py::array bases_, py::array exps_, int threads
                 int c = 1;
                 double best = 1e300;
                 for (int cc = 1; cc <= 16; ++cc) {
-                    double cost = double((ebits + cc - 1) / cc) * double((i1 - i0) + (size_t(2) << cc));
-                    if (cost < best) { best = cost; c = cc; }
+                    double cost =
+                        double((ebits + cc - 1) / cc) * double((i1 - i0) + (size_t(2) << cc));
+                    if (cost < best) {
+                        best = cost;
+                        c = cc;
+                    }
                 }
                 int nw = (ebits + c - 1) / c;
                 std::vector<Bn> bucket(size_t(1) << c);
@@ -635,25 +671,40 @@ Limbs multi_exp(const Modulus &M, py::array bases_, py::array exps_, int threads
                         u64 d = Exponent{pe + (k * N + i) * le, le}.digit(j * c, c);
                         if (!d) continue;
                         if (used[d]) M.mul(bucket[d], bucket[d], B[i], ctx);
-                        else { BN_copy(bucket[d], B[i]); used[d] = 1; }
+                        else {
+                            BN_copy(bucket[d], B[i]);
+                            used[d] = 1;
+                        }
                     }
                     bool run_set = false, tot_set = false;
                     for (size_t d = (size_t(1) << c) - 1; d >= 1; --d) {
                         if (used[d]) {
                             if (run_set) M.mul(running, running, bucket[d], ctx);
-                            else { BN_copy(running, bucket[d]); run_set = true; }
+                            else {
+                                BN_copy(running, bucket[d]);
+                                run_set = true;
+                            }
                         }
                         if (run_set) {
                             if (tot_set) M.mul(total, total, running, ctx);
-                            else { BN_copy(total, running); tot_set = true; }
+                            else {
+                                BN_copy(total, running);
+                                tot_set = true;
+                            }
                         }
                     }
                     if (tot_set) {
                         if (acc_set) M.mul(acc, acc, total, ctx);
-                        else { BN_copy(acc, total); acc_set = true; }
+                        else {
+                            BN_copy(acc, total);
+                            acc_set = true;
+                        }
                     }
                 }
-                if (acc_set) { BN_copy(partial[task], acc); has[task] = 1; }
+                if (acc_set) {
+                    BN_copy(partial[task], acc);
+                    has[task] = 1;
+                }
             }
         });
         Ctx ctx;
@@ -675,10 +726,11 @@ Limbs prod_groups(const Modulus &M, py::array a_, py::array groups_, int64_t G, 
     size_t n = a.shape(0);
     check_layout<int64_t>(groups_, "mont_prod_groups", "groups", "int64");
     if (groups_.ndim() != 1 || size_t(groups_.shape(0)) != n)
-        bad_arg("mont_prod_groups", "groups", "must have shape (" + std::to_string(n) + ",), got " +
-                                                  shape_of(groups_));
+        bad_arg("mont_prod_groups", "groups",
+                "must have shape (" + std::to_string(n) + ",), got " + shape_of(groups_));
     if (G < 0 || G > (int64_t(1) << 32))
-        throw std::invalid_argument("mont_prod_groups: group count out of range: " + std::to_string(G));
+        throw std::invalid_argument("mont_prod_groups: group count out of range: " +
+                                    std::to_string(G));
     auto groups = py::array_t<int64_t, py::array::c_style>::ensure(groups_);
     const u64 *pa = a.data();
     const int64_t *pg = groups.data();
@@ -693,7 +745,8 @@ Limbs prod_groups(const Modulus &M, py::array a_, py::array groups_, int64_t G, 
         std::vector<std::vector<char>> set(T);
         size_t step = (n + T - 1) / T;
         parallel_for(T, int(T), 1, [&](size_t s, size_t e) {
-            Ctx ctx; Bn x;
+            Ctx ctx;
+            Bn x;
             for (size_t t = s; t < e; ++t) {
                 acc[t] = std::vector<Bn>(size_t(G));
                 set[t].assign(size_t(G), 0);
@@ -701,16 +754,24 @@ Limbs prod_groups(const Modulus &M, py::array a_, py::array groups_, int64_t G, 
                     size_t g = size_t(pg[i]);
                     load(x, pa + i * L, L);
                     if (set[t][g]) M.mul(acc[t][g], acc[t][g], x, ctx);
-                    else { BN_copy(acc[t][g], x); set[t][g] = 1; }
+                    else {
+                        BN_copy(acc[t][g], x);
+                        set[t][g] = 1;
+                    }
                 }
             }
         });
-        Ctx ctx; Bn r;
+        Ctx ctx;
+        Bn r;
         for (int64_t g = 0; g < G; ++g) {
             bool any = false;
             for (size_t t = 0; t < T; ++t) {
                 if (!set[t][g]) continue;
-                if (any) M.mul(r, r, acc[t][g], ctx); else { BN_copy(r, acc[t][g]); any = true; }
+                if (any) M.mul(r, r, acc[t][g], ctx);
+                else {
+                    BN_copy(r, acc[t][g]);
+                    any = true;
+                }
             }
             store(any ? r.p : M.one_mont.p, po + g * L, L);
         }
@@ -791,10 +852,11 @@ void comb_pow(const Modulus &M, const CombTable &t, const Exponent &ex, BIGNUM *
         return;
     }
     const int L = t.limbs;
-    constexpr size_t kAhead = 4;   // entries in flight: a few MontMults cover a memory round trip
+    constexpr size_t kAhead = 4;  // entries in flight: a few MontMults cover a memory round trip
     auto prefetch = [&](size_t k) {
         if (k >= sel.size()) return;
-        for (int l = 0; l < L; l += 8) __builtin_prefetch(sel[k] + l);   // one 64-byte line per 8 limbs
+        for (int l = 0; l < L; l += 8)
+            __builtin_prefetch(sel[k] + l);  // one 64-byte line per 8 limbs
     };
     for (size_t k = 0; k < kAhead; ++k) prefetch(k);
     load(acc, sel[0], L);
@@ -807,10 +869,12 @@ void comb_pow(const Modulus &M, const CombTable &t, const Exponent &ex, BIGNUM *
 
 void check_comb_args(const char *fn, int exp_bits, int window, int limbs) {
     if (window < 1 || window > 16)
-        throw std::invalid_argument(std::string(fn) + ": window must be in [1, 16], got " + std::to_string(window));
+        throw std::invalid_argument(std::string(fn) + ": window must be in [1, 16], got " +
+                                    std::to_string(window));
     if (exp_bits < 1 || exp_bits > 64 * limbs)
-        throw std::invalid_argument(std::string(fn) + ": exp_bits must be in [1, " + std::to_string(64 * limbs) +
-                                    "], got " + std::to_string(exp_bits));
+        throw std::invalid_argument(std::string(fn) + ": exp_bits must be in [1, " +
+                                    std::to_string(64 * limbs) + "], got " +
+                                    std::to_string(exp_bits));
 }
 
 // ---------------------------------------------------------------- Paillier
@@ -822,20 +886,23 @@ struct PaillierPublic {
     mutable std::mutex fb_mu;
     std::shared_ptr<const CombTable> fb;  // the DJN comb of hs mod n² (set_fixed_base)
 
-    PaillierPublic(std::shared_ptr<Modulus> nsq_, py::array n_arr) : nsq(std::move(nsq_)), n_limbs(0) {
+    PaillierPublic(std::shared_ptr<Modulus> nsq_, py::array n_arr)
+        : nsq(std::move(nsq_)), n_limbs(0) {
         if (!nsq) throw std::invalid_argument("PaillierPublic: argument 'nsq' is None");
         Limbs n_limbs_ = limbs_arg(n_arr, "PaillierPublic", "n", {kAny});
         py::ssize_t Ln = n_limbs_.shape(0);
         // n² has 2·Ln or 2·Ln − 1 limbs; anything else is the modulus of another key
         if (Ln < 1 || (nsq->limbs != 2 * Ln && nsq->limbs != 2 * Ln - 1))
-            bad_arg("PaillierPublic", "n", "has " + std::to_string(Ln) + " limbs, but n² has " +
-                                               std::to_string(nsq->limbs));
+            bad_arg(
+                "PaillierPublic", "n",
+                "has " + std::to_string(Ln) + " limbs, but n² has " + std::to_string(nsq->limbs));
         n_limbs = int(Ln);
         load(n, n_limbs_.data(), n_limbs);
         Ctx ctx;
         Bn sq;
         ok(BN_mul(sq, n, n, ctx), "mul");
-        if (BN_ucmp(sq, nsq->m) != 0) bad_arg("PaillierPublic", "n", "does not square to the modulus nsq");
+        if (BN_ucmp(sq, nsq->m) != 0)
+            bad_arg("PaillierPublic", "n", "does not square to the modulus nsq");
     }
 
     // tmp = g^m = 1 + m·n (< n² for m < n)
@@ -846,7 +913,8 @@ struct PaillierPublic {
 
     // c̄ = (1 + m·n)·obf  where obf is r^n (Montgomery form) -- two MontMults:
     // MontMult(g^m, obf̄) = g^m·obf (plain), then ·R² to re-enter the domain.
-    void finish(BIGNUM *out, const BIGNUM *m, const BIGNUM *obf_mont, BN_CTX *ctx, BIGNUM *tmp) const {
+    void finish(BIGNUM *out, const BIGNUM *m, const BIGNUM *obf_mont, BN_CTX *ctx,
+                BIGNUM *tmp) const {
         g_of(tmp, m, ctx);
         nsq->mul(out, tmp, obf_mont, ctx);
         nsq->mul(out, out, nsq->rr, ctx);
@@ -864,7 +932,8 @@ struct PaillierPublic {
         {
             py::gil_scoped_release nogil;
             parallel_for(N, threads, 1, [&](size_t s, size_t e) {
-                Ctx ctx; Bn x, rn, tmp, c;
+                Ctx ctx;
+                Bn x, rn, tmp, c;
                 for (size_t i = s; i < e; ++i) {
                     load(x, pr + i * n_limbs, n_limbs);
                     ok(BN_mod_exp_mont(rn, x, n, nsq->m, ctx, nsq->mont), "BN_mod_exp_mont");
@@ -915,7 +984,8 @@ struct PaillierPublic {
         {
             py::gil_scoped_release nogil;
             parallel_for(N, threads, 8, [&](size_t s, size_t e) {
-                Ctx ctx; Bn x, acc, tmp, c;
+                Ctx ctx;
+                Bn x, acc, tmp, c;
                 std::vector<const u64 *> sel;
                 for (size_t i = s; i < e; ++i) {
                     comb_pow(*nsq, *t, Exponent{pa + i * la, la}, acc, tmp, sel, ctx);
@@ -943,11 +1013,17 @@ struct PaillierPrivate {
     std::shared_ptr<const CombTable> fbp, fbq;  // combs of hs mod p² and hs mod q² (set_fixed_base)
 
     PaillierPrivate(std::shared_ptr<PaillierPublic> pub_, std::shared_ptr<Modulus> psq_,
-                    std::shared_ptr<Modulus> qsq_, py::array p_, py::array q_, py::array hp_, py::array hq_,
-                    py::array qinv_)
-        : pub(std::move(pub_)), psq(std::move(psq_)), qsq(std::move(qsq_)), n_limbs(0), p_limbs(0), q_limbs(0) {
+                    std::shared_ptr<Modulus> qsq_, py::array p_, py::array q_, py::array hp_,
+                    py::array hq_, py::array qinv_)
+        : pub(std::move(pub_)),
+          psq(std::move(psq_)),
+          qsq(std::move(qsq_)),
+          n_limbs(0),
+          p_limbs(0),
+          q_limbs(0) {
         const char *fn = "PaillierPrivate";
-        if (!pub || !psq || !qsq) throw std::invalid_argument("PaillierPrivate: a key part is None");
+        if (!pub || !psq || !qsq)
+            throw std::invalid_argument("PaillierPrivate: a key part is None");
         n_limbs = pub->n_limbs;
         // each constant is at most n's width; the products below tie them to the moduli
         const char *names[5] = {"p", "q", "hp", "hq", "qinv"};
@@ -956,8 +1032,9 @@ struct PaillierPrivate {
         for (int k = 0; k < 5; ++k) {
             Limbs v = limbs_arg(*arrs[k], fn, names[k], {kAny});
             if (v.shape(0) < 1 || v.shape(0) > n_limbs)
-                bad_arg(fn, names[k], "must have 1.." + std::to_string(n_limbs) + " limbs, got " +
-                                          std::to_string(v.shape(0)));
+                bad_arg(fn, names[k],
+                        "must have 1.." + std::to_string(n_limbs) + " limbs, got " +
+                            std::to_string(v.shape(0)));
             load(dst[k], v.data(), int(v.shape(0)));
         }
         Ctx ctx;
@@ -968,15 +1045,20 @@ struct PaillierPrivate {
         if (BN_ucmp(t, qsq->m) != 0) bad_arg(fn, "q", "does not square to the modulus qsq");
         ok(BN_mul(t, p, q, ctx), "mul");
         if (BN_ucmp(t, pub->n) != 0) bad_arg(fn, "p", "times q is not the public key's n");
-        if (BN_ucmp(p, q) >= 0) bad_arg(fn, "p", "must be the smaller prime (the CRT combine relies on p² < q²)");
+        if (BN_ucmp(p, q) >= 0)
+            bad_arg(fn, "p", "must be the smaller prime (the CRT combine relies on p² < q²)");
         if (BN_ucmp(hp, p) >= 0 || BN_ucmp(hq, q) >= 0 || BN_ucmp(qinv, p) >= 0)
-            throw std::invalid_argument("PaillierPrivate: hp, hq, qinv must be reduced mod p, q, p");
+            throw std::invalid_argument(
+                "PaillierPrivate: hp, hq, qinv must be reduced mod p, q, p");
         // Garner's constant of the owner's CRT, once per key object (p² and q² are coprime)
-        if (!BN_mod_inverse(psqinv_mont, psq->m, qsq->m, ctx)) bad_arg(fn, "p", "has no inverse mod q²");
+        if (!BN_mod_inverse(psqinv_mont, psq->m, qsq->m, ctx))
+            bad_arg(fn, "p", "has no inverse mod q²");
         ok(BN_to_montgomery(psqinv_mont, psqinv_mont, qsq->mont, ctx), "to_montgomery");
         pub->nsq->mul(r3, pub->nsq->rr, pub->nsq->rr, ctx);
-        BN_copy(pm1, p); ok(BN_sub_word(pm1, 1), "sub");
-        BN_copy(qm1, q); ok(BN_sub_word(qm1, 1), "sub");
+        BN_copy(pm1, p);
+        ok(BN_sub_word(pm1, 1), "sub");
+        BN_copy(qm1, q);
+        ok(BN_sub_word(qm1, 1), "sub");
         p_limbs = (BN_num_bits(p) + 63) / 64;
         q_limbs = (BN_num_bits(q) + 63) / 64;
     }
@@ -990,7 +1072,7 @@ struct PaillierPrivate {
         ok(BN_mod_exp_mont_consttime(t, t, pr1, M.m, ctx, M.mont), "mod_exp_consttime");
         if (BN_is_zero(t)) return false;
         ok(BN_sub_word(t, 1), "sub_word");
-        ok(BN_div(t, rem, t, pr, ctx), "div");          // L(x) = (x − 1) / p, exact for a unit
+        ok(BN_div(t, rem, t, pr, ctx), "div");  // L(x) = (x − 1) / p, exact for a unit
         if (!BN_is_zero(rem)) return false;
         ok(BN_mod_mul(out, t, h, pr, ctx), "mod_mul");
         return true;
@@ -1008,7 +1090,8 @@ struct PaillierPrivate {
         {
             py::gil_scoped_release nogil;
             parallel_for(N, threads, 1, [&](size_t s, size_t e) {
-                Ctx ctx; Bn c, mp, mq, t, r, rem;
+                Ctx ctx;
+                Bn c, mp, mq, t, r, rem;
                 for (size_t i = s; i < e; ++i) {
                     load(c, pc + i * NS.limbs, NS.limbs);
                     ok(BN_from_montgomery(c, c, NS.mont, ctx), "from_montgomery");
@@ -1031,7 +1114,8 @@ struct PaillierPrivate {
         if (first != bad.end()) {
             // the typed error of the SDK (a ValueError), raised here so that no caller of the
             // extension can receive the degenerate halves
-            py::object err = py::module_::import("unifl.core.errors").attr("InvalidCiphertextError");
+            py::object err =
+                py::module_::import("unifl.core.errors").attr("InvalidCiphertextError");
             std::string msg = "ciphertext #" + std::to_string(first - bad.begin()) +
                               " is not a unit mod n² (a CRT half of its decryption degenerates); "
                               "refused, since decrypting it could reveal the key";
@@ -1051,13 +1135,13 @@ struct PaillierPrivate {
                         BIGNUM *t, BIGNUM *x, BIGNUM *g) const {
         const Modulus &NS = *pub->nsq;
         ok(BN_mod_sub(t, xq, xp, qsq->m, ctx), "mod_sub");
-        qsq->mul(t, t, psqinv_mont, ctx);               // (xq − xp)·(p²)^-1 mod q², plain
+        qsq->mul(t, t, psqinv_mont, ctx);  // (xq − xp)·(p²)^-1 mod q², plain
         ok(BN_mul(x, t, psq->m, ctx), "mul");
         ok(BN_add(x, x, xp), "add");
         load(g, m, n_limbs);
-        pub->g_of(g, g, ctx);                           // 1 + m·n
-        NS.mul(g, g, x, ctx);                           // g·x·R^-1
-        NS.mul(g, g, r3, ctx);                          // g·x·R
+        pub->g_of(g, g, ctx);   // 1 + m·n
+        NS.mul(g, g, x, ctx);   // g·x·R^-1
+        NS.mul(g, g, r3, ctx);  // g·x·R
         store(g, out, NS.limbs);
     }
 
@@ -1077,12 +1161,15 @@ struct PaillierPrivate {
         {
             py::gil_scoped_release nogil;
             parallel_for(size_t(N), threads, 1, [&](size_t s, size_t e) {
-                Ctx ctx; Bn y, xp, xq, t, x, g;
+                Ctx ctx;
+                Bn y, xp, xq, t, x, g;
                 for (size_t i = s; i < e; ++i) {
                     load(y, pyp + i * p_limbs, p_limbs);
-                    ok(BN_mod_exp_mont_consttime(xp, y, p, psq->m, ctx, psq->mont), "mod_exp_consttime");
+                    ok(BN_mod_exp_mont_consttime(xp, y, p, psq->m, ctx, psq->mont),
+                       "mod_exp_consttime");
                     load(y, pyq + i * q_limbs, q_limbs);
-                    ok(BN_mod_exp_mont_consttime(xq, y, q, qsq->m, ctx, qsq->mont), "mod_exp_consttime");
+                    ok(BN_mod_exp_mont_consttime(xq, y, q, qsq->m, ctx, qsq->mont),
+                       "mod_exp_consttime");
                     combine_finish(po + i * L2, pm + i * n_limbs, xp, xq, ctx, t, x, g);
                 }
             });
@@ -1126,7 +1213,8 @@ struct PaillierPrivate {
             tp = fbp;
             tq = fbq;
         }
-        if (!tp || !tq) throw std::logic_error(std::string(fn) + ": the fixed-base tables are not set");
+        if (!tp || !tq)
+            throw std::logic_error(std::string(fn) + ": the fixed-base tables are not set");
         const int L2 = pub->nsq->limbs;
         Limbs m = limbs_arg(m_, fn, "m", {kAny, n_limbs});
         const py::ssize_t N = m.shape(0);
@@ -1138,7 +1226,8 @@ struct PaillierPrivate {
         {
             py::gil_scoped_release nogil;
             parallel_for(size_t(N), threads, 8, [&](size_t s, size_t e) {
-                Ctx ctx; Bn xp, xq, t, x, g;
+                Ctx ctx;
+                Bn xp, xq, t, x, g;
                 std::vector<const u64 *> sel;
                 for (size_t i = s; i < e; ++i) {
                     const Exponent ex{pa + i * la, la};
@@ -1157,15 +1246,20 @@ struct PaillierPrivate {
 }  // namespace
 
 PYBIND11_MODULE(_native, mod) {
-    mod.doc() = "UniFL native backend: batched Montgomery arithmetic and Paillier on OpenSSL's bn_mul_mont";
+    mod.doc() =
+        "UniFL native backend: batched Montgomery arithmetic and Paillier on OpenSSL's bn_mul_mont";
     g_direct = layout_self_check();
     mod.attr("direct_limb_transfer") = g_direct;
     mod.def("hardware_threads", &num_threads_default);
     py::class_<Modulus, std::shared_ptr<Modulus>>(mod, "Modulus").def(py::init<py::array>());
     mod.def("mont_mul", &mont_mul);
     mod.def("mod_mul", &mod_mul);
-    mod.def("mod_exp", [](const Modulus &M, py::array b, py::array e, int t) { return exp_batch(M, b, e, false, t); });
-    mod.def("mont_exp", [](const Modulus &M, py::array b, py::array e, int t) { return exp_batch(M, b, e, true, t); });
+    mod.def("mod_exp", [](const Modulus &M, py::array b, py::array e, int t) {
+        return exp_batch(M, b, e, false, t);
+    });
+    mod.def("mont_exp", [](const Modulus &M, py::array b, py::array e, int t) {
+        return exp_batch(M, b, e, true, t);
+    });
     mod.def("mod_exp_secret", &exp_secret);
     mod.def("mont_multi_exp", &multi_exp);
     mod.def("mont_prod_groups", &prod_groups);
@@ -1176,8 +1270,9 @@ PYBIND11_MODULE(_native, mod) {
         .def("set_fixed_base", &PaillierPublic::set_fixed_base)
         .def("encrypt_fixed_base", &PaillierPublic::encrypt_fixed_base);
     py::class_<PaillierPrivate, std::shared_ptr<PaillierPrivate>>(mod, "PaillierPrivate")
-        .def(py::init<std::shared_ptr<PaillierPublic>, std::shared_ptr<Modulus>, std::shared_ptr<Modulus>,
-                      py::array, py::array, py::array, py::array, py::array>())
+        .def(py::init<std::shared_ptr<PaillierPublic>, std::shared_ptr<Modulus>,
+                      std::shared_ptr<Modulus>, py::array, py::array, py::array, py::array,
+                      py::array>())
         .def("decrypt", &PaillierPrivate::decrypt)
         .def("encrypt_owner", &PaillierPrivate::encrypt_owner)
         .def("set_fixed_base", &PaillierPrivate::set_fixed_base)

@@ -185,7 +185,8 @@ typedef void (*fn_unifl_qat_sim_stats)(uint64_t out[kSimStats]);
 static const unsigned kQatSizeClassesBits[] = {512, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 8192};
 static const unsigned kQatMaxBytes = 8192 / 8;
 
-static const unsigned kQatSizeClasses = sizeof(kQatSizeClassesBits) / sizeof(kQatSizeClassesBits[0]);
+static const unsigned kQatSizeClasses =
+    sizeof(kQatSizeClassesBits) / sizeof(kQatSizeClassesBits[0]);
 
 // The class (in bytes) for an op whose widest operand has `bytes` significant bytes; 0 if too wide.
 inline unsigned qat_class_bytes(unsigned bytes) {

@@ -125,8 +125,7 @@ struct Api {
         // library local: everything of it is reached through dlsym on its handle
         if (!usdm_names.empty()) h_usdm = open_first(usdm_names, RTLD_GLOBAL, usdm_path, errors);
         h_qat = open_first(qat_names, RTLD_LOCAL, qat_path, errors);
-        if (!h_qat)
-            throw std::runtime_error("no QAT library could be loaded; tried:" + errors);
+        if (!h_qat) throw std::runtime_error("no QAT library could be loaded; tried:" + errors);
         userStart = sym<fn_icp_sal_userStart>("icp_sal_userStart");
         userStop = sym<fn_icp_sal_userStop>("icp_sal_userStop");
         getNumInstances = sym<fn_cpaCyGetNumInstances>("cpaCyGetNumInstances");
@@ -165,13 +164,17 @@ struct Api {
         if (kind == want) return;
         if (kind == 2)
             throw std::runtime_error(
-                "this process already loaded the QAT simulator (" + first + "); the real QAT "
-                "library " + path + " cannot be started in the same process (both export "
+                "this process already loaded the QAT simulator (" + first +
+                "); the real QAT "
+                "library " +
+                path +
+                " cannot be started in the same process (both export "
                 "qaeMem*/icp_sal_*, and a real library bound to the simulator's copies would give "
                 "the device unpinned memory): run it in a new process");
         throw std::runtime_error(
             "this process already loaded the real QAT library " + first + "; the QAT simulator (" +
-            path + ") cannot be started in the same process (both export qaeMem*/icp_sal_*): run "
+            path +
+            ") cannot be started in the same process (both export qaeMem*/icp_sal_*): run "
             "it in a new process");
     }
     // No dlclose: a library with threads of its own is safest left mapped until exit.
@@ -252,7 +255,7 @@ struct Slot {
     CpaCyLnModExpOpData op{};
     CpaFlatBuffer result{};
     uint32_t class_bit = 0;  // 1 << index of the op's size class
-    Cpa8U *mem = nullptr;  // pinned: modulus | base | exponent | result, kQatMaxBytes each
+    Cpa8U *mem = nullptr;    // pinned: modulus | base | exponent | result, kQatMaxBytes each
     std::shared_ptr<Job> job;
     int64_t index = -1;
     Instance *inst = nullptr;
@@ -276,7 +279,8 @@ struct Job {
 
     ~Job() {
         if (!submitter.joinable()) return;
-        if (submitter.get_id() == std::this_thread::get_id()) submitter.detach();  // last ref was its own
+        if (submitter.get_id() == std::this_thread::get_id())
+            submitter.detach();  // last ref was its own
         else submitter.join();
     }
 
@@ -334,9 +338,9 @@ struct Session : std::enable_shared_from_this<Session> {
     std::unique_ptr<Api> api;
     std::string section;
     std::vector<std::unique_ptr<Instance>> instances;
-    std::vector<SkippedInstance> skipped;       // found, but without the large-number API
+    std::vector<SkippedInstance> skipped;  // found, but without the large-number API
     size_t instances_found = 0;
-    std::atomic<uint32_t> cpu_classes{0};  // size classes sent to the CPU directly (bit per class)
+    std::atomic<uint32_t> cpu_classes{0};   // size classes sent to the CPU directly (bit per class)
     std::atomic<uint32_t> card_classes{0};  // size classes that completed on the card
     std::vector<std::unique_ptr<Slot>> slots;  // the reused pinned pool
     std::vector<Slot *> free_slots;
@@ -364,9 +368,9 @@ struct Session : std::enable_shared_from_this<Session> {
         CpaStatus st = api->userStart(section.c_str());
         if (st != CPA_STATUS_SUCCESS) {
             if (mem_inited && api->memDestroy) api->memDestroy();
-            throw std::runtime_error("icp_sal_userStart(\"" + section + "\") failed: " +
-                                     cpa_status_name(st) + " (check the [" + section +
-                                     "] section of the QAT configuration)");
+            throw std::runtime_error("icp_sal_userStart(\"" + section +
+                                     "\") failed: " + cpa_status_name(st) + " (check the [" +
+                                     section + "] section of the QAT configuration)");
         }
         try {
             Cpa16U n = 0;
@@ -411,8 +415,11 @@ struct Session : std::enable_shared_from_this<Session> {
                              (k.info.name.empty() ? std::string("?") : k.info.name) + " (" +
                              k.reason + ")";
                 throw std::runtime_error(
-                    "none of the " + std::to_string(instances_found) + " QAT crypto instance(s) "
-                    "offers the large-number API that cpaCyLnModExp needs: " + which + "; enable "
+                    "none of the " + std::to_string(instances_found) +
+                    " QAT crypto instance(s) "
+                    "offers the large-number API that cpaCyLnModExp needs: " +
+                    which +
+                    "; enable "
                     "asymmetric crypto on the endpoint (qatlib: ServicesEnabled=asym, sym;asym or "
                     "asym;dc in /etc/sysconfig/qat; QAT 1.x: ServicesEnabled = cy in the "
                     "device's .conf)");
@@ -467,9 +474,11 @@ struct Session : std::enable_shared_from_this<Session> {
         while (int(slots.size()) < want) {
             auto s = std::make_unique<Slot>();
             // 8-byte aligned per operand (QAT's PKE works in quad-words); 64 for the block
-            s->mem = static_cast<Cpa8U *>(api->memAlloc(4 * kQatMaxBytes, int(instances[0]->info.node), 64));
+            s->mem = static_cast<Cpa8U *>(
+                api->memAlloc(4 * kQatMaxBytes, int(instances[0]->info.node), 64));
             if (!s->mem) {
-                if (slots.empty()) throw std::runtime_error("qaeMemAllocNUMA failed (pinned memory)");
+                if (slots.empty())
+                    throw std::runtime_error("qaeMemAllocNUMA failed (pinned memory)");
                 return;  // run with the slots we have
             }
             s->session = this;
@@ -498,8 +507,9 @@ struct Session : std::enable_shared_from_this<Session> {
         s->index = -1;
         free_slots.push_back(s);
         if (--out_slots == 0)
-            stats.busy_ns += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          Clock::now() - busy_since).count());
+            stats.busy_ns += uint64_t(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busy_since)
+                    .count());
         pool_cv.notify_all();
     }
 
@@ -620,7 +630,8 @@ struct Session : std::enable_shared_from_this<Session> {
         }
     }
 
-    std::shared_ptr<Job> start(Limbs base, Limbs exps, Limbs mod, int max_in_flight, int use_instances) {
+    std::shared_ptr<Job> start(Limbs base, Limbs exps, Limbs mod, int max_in_flight,
+                               int use_instances) {
         if (closing.load()) throw std::runtime_error("QAT session is closed");
         if (base.ndim() != 2 || exps.ndim() != 2 || mod.ndim() != 1)
             throw std::invalid_argument("expected base (N,L), exps (N|1,Le), mod (L,)");
@@ -628,7 +639,8 @@ struct Session : std::enable_shared_from_this<Session> {
         job->n = base.shape(0);
         job->L = int(base.shape(1));
         job->Le = int(exps.shape(1));
-        if (mod.shape(0) != job->L) throw std::invalid_argument("modulus limbs differ from base limbs");
+        if (mod.shape(0) != job->L)
+            throw std::invalid_argument("modulus limbs differ from base limbs");
         if (exps.shape(0) != job->n && exps.shape(0) != 1)
             throw std::invalid_argument("exponents must have N rows or one");
         job->shared_exp = exps.shape(0) == 1 && job->n != 1;
@@ -824,8 +836,9 @@ PYBIND11_MODULE(_qat, m) {
     m.attr("DONE") = int(DONE);
     m.attr("FAILED") = int(FAILED);
     m.attr("HOST") = int(HOST);
-    m.def("class_bits", [](unsigned bits) { return qat_class_bytes((bits + 7) / 8) * 8; },
-          "QAT operand size class (bits) for a widest operand of `bits` bits; 0 if over 8192");
+    m.def(
+        "class_bits", [](unsigned bits) { return qat_class_bytes((bits + 7) / 8) * 8; },
+        "QAT operand size class (bits) for a widest operand of `bits` bits; 0 if over 8192");
     py::class_<Job, std::shared_ptr<Job>>(m, "Job")
         .def_property_readonly("size", [](const Job &j) { return j.n; })
         .def("wait_landed", &wait_landed, py::arg("timeout") = -1.0, py::arg("min_batch") = 1)
@@ -840,16 +853,20 @@ PYBIND11_MODULE(_qat, m) {
         .def(py::init([](std::vector<std::string> qat, std::vector<std::string> usdm,
                          std::string section, double retry_timeout, int poll_interval_us) {
                  py::gil_scoped_release nogil;
-                 return std::make_shared<Session>(qat, usdm, section, retry_timeout, poll_interval_us);
+                 return std::make_shared<Session>(qat, usdm, section, retry_timeout,
+                                                  poll_interval_us);
              }),
              py::arg("qat_libraries"), py::arg("usdm_libraries"), py::arg("section") = "SSL",
              py::arg("retry_timeout") = 30.0, py::arg("poll_interval_us") = 20)
         .def("start", &Session::start, py::arg("base"), py::arg("exps"), py::arg("mod"),
              py::arg("max_in_flight") = 96, py::arg("instances") = 0)
-        .def("close", [](Session &s, double timeout) {
-                 py::gil_scoped_release nogil;
-                 s.close(timeout);
-             }, py::arg("timeout") = 10.0)
+        .def(
+            "close",
+            [](Session &s, double timeout) {
+                py::gil_scoped_release nogil;
+                s.close(timeout);
+            },
+            py::arg("timeout") = 10.0)
         .def_property_readonly("closed", [](const Session &s) { return s.closed.load(); })
         .def_property_readonly("num_instances", [](const Session &s) { return s.instances.size(); })
         .def("info", &Session::info)

@@ -116,7 +116,9 @@ double env_double(const char *name, double dflt) {
 // xorshift64*: failure injection only, never cryptographic
 double next_uniform() {
     uint64_t x = g.rng;
-    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
     g.rng = x;
     return double((x * 0x2545F4914F6CDD1DULL) >> 11) / double(1ULL << 53);
 }
@@ -157,16 +159,17 @@ void compute(Request &rq, BN_CTX *ctx, BIGNUM *m, BIGNUM *x, BIGNUM *e, BIGNUM *
         }
     }
     if (g.latency_us > 0) {  // the op occupies its engine at least this long
-        unsigned cls = qat_class_bytes(std::max({significant_bytes(op.modulus),
-                                                 significant_bytes(op.base),
-                                                 significant_bytes(op.exponent), 1u})) * 8;
+        unsigned cls =
+            qat_class_bytes(std::max({significant_bytes(op.modulus), significant_bytes(op.base),
+                                      significant_bytes(op.exponent), 1u})) *
+            8;
         double ebits = std::max(64.0, 8.0 * significant_bytes(op.exponent));
         double us = g.latency_us * (cls / 2048.0) * (cls / 2048.0) * (ebits / 2048.0);
         auto until = t0 + std::chrono::nanoseconds(int64_t(us * 1000));
         std::this_thread::sleep_until(until);
     }
-    g.busy_ns += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              Clock::now() - t0).count());
+    g.busy_ns +=
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 
 void engine_loop() {
@@ -187,7 +190,10 @@ void engine_loop() {
         rq.inst->done.push_back(rq);
         g.completed++;
     }
-    BN_clear_free(m); BN_clear_free(x); BN_clear_free(e); BN_clear_free(r);
+    BN_clear_free(m);
+    BN_clear_free(x);
+    BN_clear_free(e);
+    BN_clear_free(r);
     BN_CTX_free(ctx);
 }
 
@@ -344,7 +350,8 @@ SIM_EXPORT CpaStatus cpaCyLnModExp(const CpaInstanceHandle h, const CpaCyGenFlat
     if (!cb) return CPA_STATUS_UNSUPPORTED;  // the simulator offers the asynchronous mode only
     if (!g.started || !inst->started) return CPA_STATUS_FAIL;
     if (inst->sym_only) return CPA_STATUS_FAIL;  // qatlib: "the instance handle is the wrong type"
-    for (const CpaFlatBuffer *b : {&op->modulus, &op->base, &op->exponent, (const CpaFlatBuffer *)result})
+    for (const CpaFlatBuffer *b :
+         {&op->modulus, &op->base, &op->exponent, (const CpaFlatBuffer *)result})
         if (!translatable(inst, *b) || b->dataLenInBytes > kQatMaxBytes)
             return CPA_STATUS_INVALID_PARAM;
     unsigned mod_bytes = significant_bytes(op->modulus);
@@ -443,8 +450,12 @@ SIM_EXPORT uint64_t qaeVirtToPhysNUMA(void *pVirtAddr) {
 // completed, engine-busy nanoseconds, engines, frees refused after icp_sal_userStop (since the last
 // icp_sal_userStart), live pinned allocations.
 SIM_EXPORT void unifl_qat_sim_stats(uint64_t out[kSimStats]) {
-    out[0] = g.submitted; out[1] = g.retries; out[2] = g.injected;
-    out[3] = g.completed; out[4] = g.busy_ns; out[5] = uint64_t(g.n_engines);
+    out[0] = g.submitted;
+    out[1] = g.retries;
+    out[2] = g.injected;
+    out[3] = g.completed;
+    out[4] = g.busy_ns;
+    out[5] = uint64_t(g.n_engines);
     out[6] = g.frees_after_stop;
     std::lock_guard<std::mutex> lk(g.mem_mu);
     out[7] = uint64_t(g.allocations.size());
