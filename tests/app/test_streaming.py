@@ -19,6 +19,7 @@ import pytest
 import unifl
 from unifl.app import reference, vertical
 from unifl.app.secureboost import protocol as sbt_protocol
+from unifl.app.alignment import ids_digest
 from unifl.app.batching import batch_count, batch_rows, batches, chunk_bounds, take_rows
 from unifl.app.channel import Channel, local_transports
 from unifl.app.data import load_party, sorted_ids
@@ -246,7 +247,7 @@ class ChunkHost:
         self.ch = Channel(t["host"], 20, BE)
         self.pk, self.sk = keys
         ids = sorted_ids(load_party("breast", "host").ids)
-        self.ch.send("guest", "vfl/ids_digest", vertical._ids_digest(ids))
+        self.ch.send("guest", "vfl/ids_digest", ids_digest(ids))
         self.ch.recv("guest", "vfl/ids_digest")
         start = self.ch.recv("guest", "vfl/start")
         self.ch.send("guest", "vfl/start", {**start, "dim": D_HOST, "epochs": []})
@@ -339,7 +340,7 @@ def test_host_refuses_a_u_stream_with_an_extra_chunk():
     host = Party(lambda: run_job("host", job, hch, BE, progress=False), hch)
     g = Channel(t["guest"], 20, BE)
     ids = sorted_ids(load_party("breast", "guest").ids)
-    g.send("host", "vfl/ids_digest", vertical._ids_digest(ids))
+    g.send("host", "vfl/ids_digest", ids_digest(ids))
     g.recv("host", "vfl/ids_digest")
     start = g.recv("host", "vfl/start")
     g.send("host", "vfl/start", {**start, "dim": D_GUEST, "epochs": []})

@@ -19,6 +19,7 @@ import pytest
 
 import unifl
 from unifl.app import checkpoint, codec, reference, vertical
+from unifl.app.alignment import ids_digest
 from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_job, run_local, validate_job
@@ -72,7 +73,7 @@ class HostileHost:
     def start(self) -> list[np.ndarray]:
         """Job start as an honest host would run it; returns epoch 0's batch plan."""
         ids = sorted_ids(load_party("breast", "host").ids)
-        self.ch.send("guest", "vfl/ids_digest", vertical._ids_digest(ids))
+        self.ch.send("guest", "vfl/ids_digest", ids_digest(ids))
         self.ch.recv("guest", "vfl/ids_digest")
         start = self.ch.recv("guest", "vfl/start")
         self.n, self.guest_dim = start["n"], start["dim"]
@@ -590,7 +591,7 @@ def test_host_inflating_its_feature_count_is_refused():
     guest = Party(lambda: run_job("guest", job, gch, BE, progress=False), gch)
     ch = Channel(t["host"], 20, BE)
     ids = sorted_ids(load_party("breast", "host").ids)
-    ch.send("guest", "vfl/ids_digest", vertical._ids_digest(ids))
+    ch.send("guest", "vfl/ids_digest", ids_digest(ids))
     ch.recv("guest", "vfl/ids_digest")
     start = ch.recv("guest", "vfl/start")
     assert start["dim"] == D_GUEST
