@@ -7,23 +7,38 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 DEV_STAMP := $(VENV)/.unifl-dev-installed
 
-.PHONY: demo test test-full test-fate lint bench build devices fuzz wheel check-wheel clean gpu-proxies \
+.PHONY: demo test test-fast test-full test-fate lint bench build devices fuzz wheel check-wheel clean gpu-proxies \
 	gpu-baseline
 
 demo: build
 	$(BIN)/unifl demo
 
-test: build $(DEV_STAMP) lint
-	$(BIN)/python -m pytest -q -rs -m "not slow" -p no:cacheprovider
+# tests run on every core (pytest-xdist: one worker per CPU); TEST_WORKERS=0 runs them in one process
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -rs -p no:cacheprovider -n $(TEST_WORKERS)
 
-# the architecture (pyproject.toml [tool.importlinter]: layers, backends on core only, no cycles) and
-# the types ([tool.mypy]); docs/architecture.md explains both.  Needs the venv, not the build.
+test: build $(DEV_STAMP) lint
+	$(PYTEST) -m "not slow"
+
+# while you work: core through phe_sdk and the configs, every backend that needs no hardware
+# toolchain against cpu (cpu, native, generic), no RTL, CUDA, FATE or Ray (CONTRIBUTING.md)
+test-fast: build $(DEV_STAMP)
+	$(PYTEST) -m "not slow and not rtl and not cuda_toolchain and not fate and not ray and not gpu" \
+	  -k "not fpga and not qat and not gpu_host" tests/core tests/phe_sdk tests/configs \
+	  tests/backends/test_equivalence.py
+
+# the architecture (pyproject.toml [tool.importlinter]: layers, backends on core only, no cycles),
+# the types ([tool.mypy]; unifl and tools), ruff ([tool.ruff]) and clang-format (.clang-format) on
+# the C, C++ and CUDA sources; docs/architecture.md explains the first two.  Needs the venv, not the
+# build.
 lint: $(DEV_STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
+	$(BIN)/ruff check
+	$(BIN)/clang-format --dry-run --Werror $$(git ls-files '*.c' '*.cc' '*.cpp' '*.h' '*.hpp' '*.cu' '*.cuh')
 
 test-full: build $(DEV_STAMP)
-	UNIFL_FULL=1 $(BIN)/python -m pytest -q -rs -p no:cacheprovider
+	UNIFL_FULL=1 $(PYTEST)
 
 # ---- FATE plugin: FATE lives in its own venv (pyfate pins pydantic 1, we use 2) -------
 # torch==2.13.0 first: where a CPU wheel is on pip's find-links (or PyTorch's CPU index is set) it
