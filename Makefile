@@ -77,7 +77,8 @@ $(FATE_FLOW_STAMP): $(FATE_STAMP)
 # server on free ports of 127.0.0.1, home $(FATE_FLOW_HOME), and always stops it)
 test-fate: build $(FATE_STAMP) $(FATE_FLOW_STAMP)
 	PYTHONPATH=$(CURDIR) UNIFL_FATE_FLOW_HOME=$(FATE_FLOW_HOME) $(FATE_VENV)/bin/python -m pytest -q -rs \
-	  -p no:cacheprovider tests/fate/test_kit.py tests/fate/test_jobs.py tests/fate/test_flow.py
+	  -p no:cacheprovider tests/fate/test_kit.py tests/fate/test_party.py tests/fate/test_jobs.py \
+	  tests/fate/test_tutorial.py tests/fate/test_flow.py
 # ------------------------------------------------------------------------------------------------
 
 # compile-time figures of the CUDA kernels, no GPU needed (nvcc, cuobjdump and nvdisasm from
