@@ -20,11 +20,11 @@ PYTEST := $(BIN)/python -m pytest -q -rs -p no:cacheprovider -n $(TEST_WORKERS)
 test: build $(DEV_STAMP) lint
 	$(PYTEST) -m "not slow"
 
-# while you work: core through phe_sdk and the configs, every backend that needs no hardware
-# toolchain against cpu (cpu, native, generic), no RTL, CUDA, FATE or Ray (CONTRIBUTING.md)
+# while you work: core through phe_sdk, the configs and the scheduler, and every backend that needs
+# no hardware toolchain against cpu (cpu, native, generic); no RTL, CUDA, FATE or Ray (CONTRIBUTING.md)
 test-fast: build $(DEV_STAMP)
 	$(PYTEST) -m "not slow and not rtl and not cuda_toolchain and not fate and not ray and not gpu" \
-	  -k "not fpga and not qat and not gpu_host" tests/core tests/phe_sdk tests/configs \
+	  -k "not fpga and not qat and not gpu_host" tests/core tests/phe_sdk tests/configs tests/scheduler \
 	  tests/backends/test_equivalence.py
 
 # the architecture (pyproject.toml [tool.importlinter]: layers, backends on core only, no cycles),
