@@ -61,7 +61,6 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results" / "e2e"
 HOOKS = ROOT / "bench" / "e2e_fate_hooks"

@@ -1,6 +1,7 @@
 """Throughput of the ``fpga`` backend in both modes beside ``native`` and gmpy2, in one process.
 
-    python bench/bench_fpga.py [--quick] [--json bench/results/fpga.json]
+    python -m bench.bench_fpga [--quick] [--json bench/results/fpga.json]   (from the checkout: it
+    uses the developer package tools.fpga)
 
 Rows: MontMult, ModMult, ModExp (full-length exponent, one per element) at 1024 and 2048 bits, and
 Paillier encryption with a 1024-bit key.  ``fpga[montmul]`` is UniFL's split (only MontMult on the
@@ -21,20 +22,18 @@ import argparse
 import json
 import os
 import secrets
-import sys
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-import gmpy2  # noqa: E402
+import gmpy2
 
-from unifl import base_op, mod_op  # noqa: E402
-from unifl.core import registry  # noqa: E402
-from unifl.base_op import mont_context  # noqa: E402
-from unifl.bench import measure  # noqa: E402
-from unifl.phe_sdk import paillier  # noqa: E402
-from unifl.phe_sdk.paillier import encrypt_limbs  # noqa: E402
+from unifl import base_op, mod_op
+from unifl.core import registry
+from unifl.base_op import mont_context
+from unifl.bench import measure
+from unifl.phe_sdk import paillier
+from unifl.phe_sdk.paillier import encrypt_limbs
 
-from tools.fpga.estimate import (PINNED, engines as fit_engines,  # noqa: E402
+from tools.fpga.estimate import (PINNED, engines as fit_engines,
                                  interval_cycles, job_montmults)
 
 

@@ -43,17 +43,16 @@ import sys
 import time
 from typing import Any, Callable
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-import gmpy2  # noqa: E402
-import numpy as np  # noqa: E402
+import gmpy2
+import numpy as np
 
-from unifl import base_op, mod_op  # noqa: E402
-from unifl.core import registry  # noqa: E402
-from unifl.base_op import mont_context  # noqa: E402
-from unifl.bench import machine_info, measure  # noqa: E402
-from unifl.phe_sdk import paillier  # noqa: E402
-from unifl.phe_sdk.paillier import random_limbs  # noqa: E402
+from unifl import base_op, mod_op
+from unifl.core import registry
+from unifl.base_op import mont_context
+from unifl.bench import machine_info, measure
+from unifl.phe_sdk import paillier
+from unifl.phe_sdk.paillier import random_limbs
 
 UNIFL_T4 = {"ModMult": 3_294_000, "ModExp": 32_398, "Paillier enc (1024-bit key)": 65_091}
 FAMILIES = ("thread", "group")

@@ -19,16 +19,15 @@ import os
 import secrets
 import sys
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from unifl import mod_op  # noqa: E402
-from unifl.core import registry  # noqa: E402
-from unifl.base_op import mont_context  # noqa: E402
-from unifl.bench import measure  # noqa: E402
-from unifl.phe_sdk import paillier  # noqa: E402
-from unifl.phe_sdk.paillier import encrypt_limbs  # noqa: E402
+from unifl import mod_op
+from unifl.core import registry
+from unifl.base_op import mont_context
+from unifl.bench import measure
+from unifl.phe_sdk import paillier
+from unifl.phe_sdk.paillier import encrypt_limbs
 
 FAMILIES = ("thread", "group")
 

@@ -26,17 +26,15 @@ import json
 import os
 import secrets
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import unifl  # noqa: E402
-from unifl.backends.qat import runtime  # noqa: E402
-from unifl.phe_sdk import paillier  # noqa: E402
-from unifl.backends.qat import pipeline  # noqa: E402
+import unifl
+from unifl.backends.qat import runtime
+from unifl.phe_sdk import paillier
+from unifl.backends.qat import pipeline
 
 LABEL = "QAT simulator"
 

@@ -38,10 +38,10 @@ import numpy as np
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # the loopback only
 
-import unifl  # noqa: E402
-from unifl.configs import PartyConfig  # noqa: E402
-from unifl.core.limbs import to_limbs  # noqa: E402
-from unifl.scheduler import backend_from_config  # noqa: E402
+import unifl
+from unifl.configs import PartyConfig
+from unifl.core.limbs import to_limbs
+from unifl.scheduler import backend_from_config
 
 
 def configs(workers: int) -> dict[str, PartyConfig]:

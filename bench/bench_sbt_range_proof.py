@@ -33,7 +33,6 @@ import argparse
 import json
 import secrets
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,13 +40,11 @@ from typing import Any
 import gmpy2
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import unifl
+from unifl.app.jobs import run_local
+from unifl.phe_sdk import EncryptedArray, paillier
 
-import unifl  # noqa: E402
-from unifl.app.jobs import run_local  # noqa: E402
-from unifl.phe_sdk import EncryptedArray, paillier  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SCALE = 24
 G_BITS = SCALE + 2          # ĝ + 2^s in [0, 2^(s+1)]

@@ -41,8 +41,6 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parents[1]
-if str(HERE) not in sys.path:         # run from a checkout without installing it
-    sys.path.insert(0, str(HERE))
 
 TARGET_RATIO = 1.5
 ROLES = ("host", "guest")             # servers first; the guest drives the job

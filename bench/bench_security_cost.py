@@ -29,20 +29,17 @@ import argparse
 import contextlib
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import unifl
+from unifl.app import psi, vertical
+from unifl.app.jobs import run_local
+from unifl.app.params import load_job
+from unifl.phe_sdk import rsa_proof
 
-import unifl  # noqa: E402
-from unifl.app import psi, vertical  # noqa: E402
-from unifl.app.jobs import run_local  # noqa: E402
-from unifl.app.params import load_job  # noqa: E402
-from unifl.phe_sdk import rsa_proof  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SUBTASKS = ("PSI: check host key (permutation proof)", "PSI: prove key (permutation proof)",
             "VFL: check decryption", "VFL: decrypt peer's masked gradient")
