@@ -56,7 +56,7 @@ PROVIDER_VERSION = f"{FATE_VERSION}-unifl"
 PROVIDER_DEVICE = "local"
 PROVIDER = f"{PROVIDER_NAME}:{PROVIDER_VERSION}@{PROVIDER_DEVICE}"
 ENTRY_POINT_GROUP = "fate.ext.component_desc"
-#: the FATE components of :mod:`unifl.fate.components` (setup.py declares the same entry points;
+#: the FATE components of :mod:`unifl.fate.components` (pyproject.toml declares the same entry points;
 #: tests/fate/test_flow.py checks that the two lists agree)
 COMPONENTS = ("unifl_coordinated_lr", "unifl_coordinated_linr", "unifl_hetero_secureboost")
 PLUGIN_DIST = "unifl_fate_plugin"
