@@ -1,5 +1,6 @@
 """Codec (typed, versioned, no pickle) and channels: round trips, rejection of bad input, timeouts."""
 
+import secrets
 import threading
 import time
 
@@ -8,7 +9,7 @@ import pytest
 
 import unifl
 from unifl.app import codec
-from unifl.app.channel import Channel, Transport, local_transports
+from unifl.app.channel import MAX_KEYS, Channel, Transport, local_transports
 from unifl.core.errors import KeyMismatchError, PeerTimeout, SerializationError, TransportError
 from unifl.phe_sdk import EncryptedArray, paillier, rsa
 
@@ -159,3 +160,24 @@ def test_run_job_validates_the_job():
         run_job("arbiter", {"algorithm": "vlr"}, chan, None)
     with pytest.raises(ConfigError, match="unknown field"):
         run_job("guest", {"algorithm": "vlr", "params": {"epoch": 1}}, chan, None)
+
+
+def test_a_peer_sending_ever_new_keys_does_not_grow_the_key_registry(keys, be):
+    """A hostile peer that puts a public key of a new modulus in every message: the receiving
+    channel keeps the MAX_KEYS most recently used, and its own key, still in use, stays known."""
+    pk, sk = keys
+    t = local_transports(("guest", "host"))
+    guest, host = Channel(t["guest"], 5, be), Channel(t["host"], 5, be)
+    guest.send("host", "own", pk)                 # host learns the guest's key first
+    assert host.recv("guest", "own") == pk
+    arr = EncryptedArray.encrypt(pk, np.array([1.5, -2.0]), backend=be)
+    for i in range(3 * MAX_KEYS):
+        # a fresh odd composite 1024-bit modulus per message (a receiver cannot factor it)
+        n = ((1 << 511) | secrets.randbits(510) << 1 | 1) * ((1 << 512) | secrets.randbits(511) << 1 | 1)
+        guest.send("host", "junk", paillier.PublicKey(n))
+        host.recv("guest", "junk")
+        if i % 16 == 0:                           # the protocol keeps using the real key
+            guest.send("host", "ct", arr)
+            np.testing.assert_array_equal(host.recv("guest", "ct").decrypt(sk), [1.5, -2.0])
+    assert len(host._keys) <= MAX_KEYS
+    assert host.known_key(codec.fingerprint16(pk)) == pk

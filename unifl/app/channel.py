@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 from ..core.backend import Backend
@@ -138,6 +138,12 @@ def local_transports(roles: Iterable[str] = ("guest", "host")) -> dict[str, Loca
     return {r: LocalTransport(r, hub) for r in roles}
 
 
+#: public keys a channel accepts ciphertexts under, most recently used kept: a protocol uses two
+#: or three, and a peer that sends a key of a new modulus in every message must not grow this
+#: party's memory without bound (a ciphertext under a dropped key is refused, never misread)
+MAX_KEYS = 64
+
+
 class Channel:
     """Objects between parties over a ``Transport`` (see the module docstring)."""
 
@@ -151,19 +157,27 @@ class Channel:
         self.default_timeout = default_timeout
         #: backend decoded encrypted arrays compute on (a party sets its own)
         self.backend = backend
-        self._keys: dict[bytes, paillier.PublicKey] = {}
+        self._keys: OrderedDict[bytes, paillier.PublicKey] = OrderedDict()
         self._lock = threading.Lock()
         self.codec_seconds = 0.0
 
     # ---- key registry
     def register_key(self, key: paillier.PublicKey) -> None:
-        """Accept ciphertexts under ``key`` from now on."""
+        """Accept ciphertexts under ``key`` from now on (while it is among the :data:`MAX_KEYS`
+        most recently used)."""
+        fp = codec.fingerprint16(key)
         with self._lock:
-            self._keys[codec.fingerprint16(key)] = key
+            self._keys[fp] = key
+            self._keys.move_to_end(fp)
+            while len(self._keys) > MAX_KEYS:
+                self._keys.popitem(last=False)
 
     def known_key(self, fp: bytes) -> paillier.PublicKey | None:
         with self._lock:
-            return self._keys.get(bytes(fp))
+            key = self._keys.get(bytes(fp))
+            if key is not None:
+                self._keys.move_to_end(bytes(fp))
+            return key
 
     # ---- objects
     def send(self, dst: str, tag: str, obj: Any) -> None:
