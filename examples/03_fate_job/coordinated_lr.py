@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-DATA = Path(os.environ.get("UNIFL_DATA", "")) if os.environ.get("UNIFL_DATA") else None
+#: FATE's example CSVs: $UNIFL_DATA, else the copies shipped with unifl (see read_party_frame)
+DATA = os.environ.get("UNIFL_DATA")
 PARTIES = ["guest:9999", "host:10000", "arbiter:10001"]
 EPOCHS = 3
 
@@ -33,7 +34,7 @@ def read_party_frame(ctx: Any, role: str) -> Any:
     from fate.arch.dataframe import PandasReader
 
     import unifl.app
-    folder = DATA or Path(unifl.app.__file__).parent / "data"
+    folder = Path(DATA) if DATA else Path(unifl.app.__file__).parent / "data"
     df = pd.read_csv(folder / f"breast_hetero_{role}.csv")
     df["sample_id"] = range(len(df))
     reader = PandasReader(sample_id_name="sample_id", match_id_name="id", dtype="float32",

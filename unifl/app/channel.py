@@ -173,10 +173,11 @@ class Channel:
                 self._keys.popitem(last=False)
 
     def known_key(self, fp: bytes) -> paillier.PublicKey | None:
+        fp = bytes(fp)
         with self._lock:
-            key = self._keys.get(bytes(fp))
+            key = self._keys.get(fp)
             if key is not None:
-                self._keys.move_to_end(bytes(fp))
+                self._keys.move_to_end(fp)
             return key
 
     # ---- objects
