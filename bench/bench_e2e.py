@@ -103,6 +103,13 @@ class Budget:
 
 
 # ------------------------------------------------------------------------------ data
+def _pythonpath(*first: Path) -> str:
+    """``first`` ahead of the caller's own PYTHONPATH, which is kept: packages installed with
+    ``pip --target`` (a machine without an index) are found there."""
+    return os.pathsep.join([*map(str, first), *filter(None, os.environ.get("PYTHONPATH", "")
+                                                      .split(os.pathsep))])
+
+
 def find_data_dir(arg: str | None) -> Path:
     """The folder with FATE's default_credit CSVs: ``--data-dir``, ``$UNIFL_DATA_DIR``, or the
     workspace's shared/data next to (or above) this checkout."""
@@ -186,10 +193,15 @@ def backend_missing(name: str) -> str | None:
     return None if pr.available else (pr.reason or "unavailable")
 
 
+#: the parties' ``dispatch.mode`` (``--dispatch``): off, or size-aware dispatch between an
+#: accelerator and the party's CPU backend (a CPU party ignores it: nothing to dispatch)
+DISPATCH = {"mode": "off"}
+
+
 def _party_yaml(role: str, backend: str, bits: int, path: Path, threads: int | None) -> Path:
     import yaml
     cfg: dict[str, Any] = {"party": role, "backend": backend, "fallback": [], "key_bits": bits,
-                           "network": {"timeout_s": 600}}
+                           "network": {"timeout_s": 600}, "dispatch": dict(DISPATCH)}
     if threads is not None and backend == "native":
         cfg["native"] = {"threads": threads}
     path.write_text(yaml.safe_dump(cfg))
@@ -246,8 +258,11 @@ def _wait_all(procs: dict[str, subprocess.Popen], timeout: float, label: str) ->
 
 def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, rows: int,
              overlap: bool | None, data_dir: Path, work: Path, timeout: float,
-             lab: "NetnsLab | None" = None, pin: bool = False) -> dict[str, Any]:
-    """One of our jobs, each party its own process; the row of it."""
+             lab: "NetnsLab | None" = None, pin: bool = False,
+             profile: Path | None = None) -> dict[str, Any]:
+    """One of our jobs, each party its own process; the row of it.  ``profile``: each party runs
+    under cProfile, and ``profile/<job>-<role>.txt`` gets its 40 costliest calls by cumulative time
+    (the main thread's: where a party's wall time goes besides the crypto the counters show)."""
     import yaml
 
     from unifl.app.params import load_job
@@ -268,12 +283,13 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
     else:
         addrs = {r: lab.address(r) for r in roles}
         peers = {r: {p: lab.peer_address(r, p) for p in roles if p != r} for r in roles}
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=_pythonpath(ROOT), PYTHONUNBUFFERED="1")
     procs: dict[str, subprocess.Popen] = {}
     t0 = time.perf_counter()
     try:
         for role in [r for r in START_ORDER if r in roles]:
-            cmd = [sys.executable, "-m", "unifl", "run", "--config", str(party_files[role]),
+            prof = ["-m", "cProfile", "-o", str(work / f"{role}.prof")] if profile else []
+            cmd = [sys.executable, *prof, "-m", "unifl", "run", "--config", str(party_files[role]),
                    "--job", str(job_path), "--listen", addrs[role],
                    "--json-out", str(work / f"{role}.json"), "--no-table", "--no-progress",
                    "--data-dir", str(data_dir), "--key-bits", str(bits), "--timeout", "600"]
@@ -290,6 +306,9 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
         for p in procs.values():
             _kill_group(p)
     process_wall = time.perf_counter() - t0
+    if profile:
+        _profile_text(work, roles, profile / f"{variant}-{placement['guest']}-{placement['host']}"
+                                              f"-{bits}")
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for role in roles:
@@ -318,6 +337,20 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
     return row
 
 
+def _profile_text(work: Path, roles: Sequence[str], stem: Path) -> None:
+    """Each party's cProfile record as text, the 40 costliest calls by cumulative time."""
+    import io
+    import pstats
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for role in roles:
+        prof = work / f"{role}.prof"
+        if not prof.is_file():
+            continue
+        buf = io.StringIO()
+        pstats.Stats(str(prof), stream=buf).sort_stats("cumulative").print_stats(40)
+        Path(f"{stem}-{role}.txt").write_text(buf.getvalue())
+
+
 def party_summary(res: dict[str, Any], epochs: int) -> dict[str, Any]:
     """What one party's result says about its crypto, its waiting and its hardware."""
     backend = res.get("backend", {})
@@ -327,6 +360,9 @@ def party_summary(res: dict[str, Any], epochs: int) -> dict[str, Any]:
     net = res.get("network", {})
     ovl = res.get("overlap", {})
     out = {"wall_s": res.get("wall_seconds"),
+           # starting its backend (probe, self-test, a GPU's kernels: auto timing unless taken
+           # from the tuning record of an earlier job on this machine)
+           "start_s": backend.get("start_seconds"),
            # the party's own thread, blocked on its peers: receiving, and sending (overlap on:
            # only when its send queue was full); the transport's waits for comparison
            "idle_s": (ovl.get("blocked_recv_s", 0.0) + ovl.get("blocked_send_s", 0.0)
@@ -374,7 +410,7 @@ def run_fate(kind: str, bits: int, epochs: int, split: Split, py: str, work: Pat
            "--log_level", "WARNING", "--data_dir", str(work / "federation")]
     if kind == "unifl-obfuscated":
         cmd.append("--honour-obfuscation")
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{HOOKS}", PYTHONUNBUFFERED="1",
+    env = dict(os.environ, PYTHONPATH=_pythonpath(ROOT, HOOKS), PYTHONUNBUFFERED="1",
                UNIFL_E2E_COUNT_DIR=str(counts))
     t0 = time.perf_counter()
     with open(work / "fate.log", "w") as log:
@@ -680,18 +716,25 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--job-timeout-s", type=float, default=1800.0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--dispatch", choices=["off", "auto", "calibrated"], default="off",
+                   help="each party's dispatch.mode: size-aware dispatch between its accelerator "
+                        "and its CPU backend (calibrated: cost models from the cache, measured "
+                        "where missing)")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="run each party of our jobs under cProfile; DIR gets each one's costliest "
+                        "calls as text")
     p.add_argument("--quick", action="store_true",
                    help="validation run: 3,000 rows, 1 epoch, 1024-bit keys")
     p.add_argument("--gpu", action="store_true",
                    help="the GPU rows (bench/gpu_checks.sh): 2048-bit, 1 epoch, our jobs on "
-                        "(native, native), (gpu, native), (gpu, gpu), no FATE")
+                        "(native, native), (gpu, gpu), (gpu, native), no FATE")
     a = p.parse_args(argv)
     if a.quick:
         a.rows, a.epochs, a.key_bits = a.rows or 3000, 1, [1024]
     if a.gpu:
         a.key_bits, a.epochs, a.fate_kinds = [2048], 1, []
         a.variants = ["two-party", "arbiter"]
-        a.placements = ["native,native", "gpu,native", "gpu,gpu"]
+        a.placements = ["native,native", "gpu,gpu", "gpu,native"]
     return a
 
 
@@ -715,6 +758,7 @@ def _plan(a: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = _args(argv)
+    DISPATCH["mode"] = a.dispatch
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     budget = Budget(a.budget_s, a.job_timeout_s)
@@ -779,7 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row = run_ours(spec["variant"], spec["placement"], bits, a.epochs, a.rows,
                                spec["overlap"] if overlap_known else None, data_dir, work,
                                timeout, lab if link == "netem" else None,
-                               a.pin_cpus and link == "netem")
+                               a.pin_cpus and link == "netem",
+                               Path(a.profile) if a.profile else None)
             else:
                 assert py is not None
                 row = run_fate(spec["fate_kind"], bits, a.epochs, split, py, work, timeout)

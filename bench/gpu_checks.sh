@@ -11,10 +11,15 @@
 #      window and shape (the gpu-marked tests of tests/backends/gpu/test_thread_kernels.py: exact results before timing);
 #   4. bench/gpu_targets.py for the baseline and for this tree (ModExp-2048; 1024-bit key public,
 #      key-owner and decryption; one call of 32 public encryptions with a 2048-bit key; this tree's
-#      3/4/5-bit windows and normal/wide shapes), then the compact table of both.
+#      3/4/5-bit windows and normal/wide shapes), then the compact table of both;
+#   5. the job end to end (bench/bench_e2e.py --gpu: default_credit, 2048-bit key, 1 epoch, our
+#      two-party and arbiter jobs on (native, native), (gpu, gpu), (gpu, native)) in whatever is
+#      left of DEADLINE_S (default 480: the whole script within 8 minutes); rows that no longer fit
+#      are recorded as skipped.  The data: UNIFL_DATA_DIR, or shared/data beside the checkout.
 # Everything lands in $OUT (default bench/results/gpu-run): checks.log, baseline.json, new.json,
-# table.txt.  Steps are independent: a failing one is reported and the next one still runs; the
-# exit status is that of the first failure.
+# table.txt, e2e/bench_e2e.json and .png.  Steps are independent: a failing one is reported and the
+# next one still runs; the exit status is that of the first failure.  A PYTHONPATH set by the
+# caller (packages installed with pip --target) is kept behind each tree's own.
 #
 #   bash bench/gpu_checks.sh [quick]     (quick: batches 8x smaller, for a first look)
 #   bash bench/gpu_checks.sh prepare     (step 2 only, on any machine with git and nvcc: `make
@@ -27,6 +32,8 @@ BASE=${BASE:-build/gpu-baseline}
 BASE_COMMIT=${BASE_COMMIT:-72c8f0e}
 PY=${PYTHON:-python3}
 QUICK=${1:-}
+DEADLINE_S=${DEADLINE_S:-480}
+KEEP_PATH=${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
 : >"$OUT/checks.log"
 export PYTHONUNBUFFERED=1
@@ -91,19 +98,27 @@ fi
 if [ "$QUICK" = prepare ]; then echo "=== gpu_checks prepare: exit $status"; exit $status; fi
 
 # 3. exact on the device first
-step test_gpu 300 "$PY" -m pytest -q -rs -p no:cacheprovider -m gpu tests/backends/gpu/test_thread_kernels.py
+step test_gpu 240 "$PY" -m pytest -q -rs -p no:cacheprovider -n 8 -m gpu tests/backends/gpu/test_thread_kernels.py
 
 # 4. the targets, baseline then new, and the table
 Q=(); [ "$QUICK" = quick ] && Q=(--quick)
 if built "$BASE"; then
-    step targets_baseline 240 env PYTHONPATH="$BASE" "$PY" bench/gpu_targets.py --label baseline "${Q[@]}" \
+    step targets_baseline 240 env PYTHONPATH="$BASE$KEEP_PATH" "$PY" bench/gpu_targets.py --label baseline "${Q[@]}" \
         --json "$OUT/baseline.json"
 fi
-step targets_new 300 env PYTHONPATH=. "$PY" bench/gpu_targets.py --label new "${Q[@]}" --json "$OUT/new.json"
+step targets_new 300 env PYTHONPATH=".$KEEP_PATH" "$PY" bench/gpu_targets.py --label new "${Q[@]}" --json "$OUT/new.json"
 tables=()
 for f in "$OUT/baseline.json" "$OUT/new.json"; do [ -f "$f" ] && tables+=("$f"); done
 if [ ${#tables[@]} -gt 0 ]; then
     "$PY" bench/gpu_targets.py --table "${tables[@]}" | tee "$OUT/table.txt"
 fi
-echo "=== gpu_checks: exit $status"
+
+# 5. the job end to end, in what is left of the deadline
+left=$((DEADLINE_S - SECONDS - 15))
+if [ "$QUICK" != quick ] && [ $left -gt 60 ]; then
+    step e2e $((left + 10)) env PYTHONPATH=".$KEEP_PATH" "$PY" bench/bench_e2e.py --gpu --budget-s "$left" --out "$OUT/e2e"
+else
+    echo "=== e2e: skipped (${left} s left of DEADLINE_S=${DEADLINE_S}${QUICK:+, $QUICK})"
+fi
+echo "=== gpu_checks: exit $status in $SECONDS s"
 exit $status

@@ -71,7 +71,8 @@ def measure(label: str, quick: bool, repeats: int) -> dict[str, Any]:
     from unifl.core import registry
     from unifl.core.errors import ConfigError
     from unifl.phe_sdk import paillier
-    from unifl.phe_sdk.paillier import _random_limbs
+    # public as random_limbs since the package split; the baseline tree has it private
+    _random_limbs = getattr(paillier, "random_limbs", None) or getattr(paillier, "_random_limbs")
 
     base_be = registry.backend("gpu", kernels="group")    # BackendUnavailable: the probe's reason
 
