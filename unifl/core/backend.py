@@ -147,6 +147,24 @@ class Backend:
         never branch on hardware and never fetch what the backend can use in place."""
         return np.ascontiguousarray(x, dtype=np.uint64)
 
+    # ---- what an instance measured about itself, for the next one on the same device ----------
+    def tuning_key(self) -> str | None:
+        """Names the device, build and options behind what this instance measures about itself
+        at run time (the GPU backend's ``kernels: auto`` timing, say), so that a later instance
+        with the same key may take it over (:meth:`tuning`, :meth:`adopt_tuning`) instead of
+        measuring again.  None, the default: nothing worth keeping."""
+        return None
+
+    def tuning(self) -> dict[str, Any]:
+        """What this instance has measured so far, as JSON-able data for :meth:`adopt_tuning`."""
+        return {}
+
+    def adopt_tuning(self, state: Any) -> int:
+        """Take over ``state``, recorded by an instance with the same :meth:`tuning_key` (it may
+        come from a file: anything this instance cannot check is ignored); returns how many
+        measurements it took."""
+        return 0
+
     def describe(self) -> str:
         pr = self.probe_result
         extra = f" [{pr.stand_in}]" if pr and pr.stand_in else ""

@@ -23,6 +23,7 @@ from typing import Any
 from ..core.backend import OPS, Backend
 from ..core.contract import define_ops
 from .fallback import ChainMember, batch_elements, is_device_failure, own_batch_of
+from . import tuning
 
 __all__ = ["CountingBackend", "Counters", "batch_elements", "stand_in_of"]
 
@@ -121,6 +122,7 @@ class CountingBackend(ChainMember):
         self._reset_chain_counters()
 
     def close(self) -> None:
+        tuning.remember(self.inner)     # what the job made it measure, for the next job here
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()

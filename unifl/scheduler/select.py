@@ -29,6 +29,7 @@ from .calibrate import calibrated_seconds
 from .counting import CountingBackend
 from .dispatch import (CostModel, DispatchBackend, DispatchPolicy, calibrate_at_start,
                        load_lines)
+from . import tuning
 from .executor import make_executor
 from .fallback import ChainMember, FallbackChain
 from .multi import MultiDeviceBackend
@@ -70,6 +71,7 @@ def start(name: str, options: dict[str, Any], fresh: bool = False,
             inst.probe_result = pr
         else:
             inst = registry.backend(name)
+        tuning.restore(inst)      # what an earlier instance on this device measured
         if request is not None:
             support = inst.supports(request)
             if not support:
@@ -77,6 +79,7 @@ def start(name: str, options: dict[str, Any], fresh: bool = False,
                                          + "; ".join(support.reasons))
         # the self-test runs at a size the party will use (its widest modulus: n²)
         self_test(inst, max(request.modulus_bits) if request and request.modulus_bits else 2048)
+        tuning.remember(inst)     # the self-test may have measured (again at close: counting.py)
     except (BackendUnavailable, ConfigError):
         raise
     except Exception as exc:  # noqa: BLE001 - any start failure means: try the next candidate

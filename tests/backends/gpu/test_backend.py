@@ -183,6 +183,32 @@ def test_window_and_shape_rules_on_the_device():
 
 @pytest.mark.gpu
 @needs_gpu
+def test_the_auto_choice_is_taken_over_by_the_next_instance(monkeypatch):
+    """``kernels: auto`` times both families once per size class; an instance with the same
+    tuning key (device, library, options) takes the record over and times nothing, with the same
+    results (unifl.scheduler.tuning keeps the record between processes)."""
+    from unifl.backends.gpu import GpuBackend
+    m = random_odd_modulus(2048)
+    xs = [secrets.randbelow(m) for _ in range(64)]
+    es = [secrets.randbits(2048) for _ in xs]
+    want = ints.mod_exp(unifl.backend("cpu"), xs, es, m)
+    first = GpuBackend(kernels="auto")
+    assert ints.mod_exp(first, xs, es, m) == want
+    record = first.tuning()
+    assert record["kernel_choice"]["32"] in ("thread", "group")
+    assert set(record["kernel_timing"]["32"]) == {"thread", "group"}
+    second = GpuBackend(kernels="auto")
+    assert second.tuning_key() == first.tuning_key() is not None
+    assert second.adopt_tuning(record) == len(record["kernel_choice"])
+    monkeypatch.setattr(GpuBackend, "_calibrate", lambda self, c: pytest.fail("timed again"))
+    assert ints.mod_exp(second, xs, es, m) == want
+    assert second.kernel_timing[32]["source"] == "record"
+    assert GpuBackend(kernels="auto", window=4).tuning_key() != first.tuning_key()
+    assert GpuBackend(kernels="group").tuning_key() is None
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_one_device_per_instance():
     from unifl.backends.gpu import GpuBackend
     from unifl.core.errors import ConfigError

@@ -60,6 +60,7 @@ on a real device (the thread family's ran on an H100, docs/backends/gpu.md).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -99,6 +100,34 @@ def _calibration_exponent_bits(size_class: int) -> int:
     a minor share."""
     bits = 64 * size_class
     return max(256, min(bits, 2048 * 32 * 32 // (size_class * size_class)))
+
+
+#: the two kernel families of ``kernels``
+FAMILIES = ("thread", "group")
+
+
+def recorded_choices(state: Any) -> dict[int, tuple[str, dict[str, float | str]]]:
+    """The ``kernels: auto`` choices in a tuning record (:meth:`GpuBackend.tuning`'s form, read
+    from a file: anything but a size class of the kernels mapped to a family name is dropped), with
+    the finite positive rates recorded beside each."""
+    if not isinstance(state, dict) or not isinstance(state.get("kernel_choice"), dict):
+        return {}
+    timing = state.get("kernel_timing")
+    timing = timing if isinstance(timing, dict) else {}
+    out: dict[int, tuple[str, dict[str, float | str]]] = {}
+    for key, family in state["kernel_choice"].items():
+        if not isinstance(key, str) or not key.isdigit() or family not in FAMILIES:
+            continue
+        size_class = int(key)
+        if size_class not in keys.CLASSES:
+            continue
+        t = timing.get(key)
+        rates: dict[str, float | str] = {
+            f: float(v) for f, v in (t.items() if isinstance(t, dict) else ())
+            if f in FAMILIES and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0}
+        out[size_class] = (family, rates)
+    return out
 
 
 class GpuBackend(KernelBackend):
@@ -153,6 +182,38 @@ class GpuBackend(KernelBackend):
                                        f"bit size class: {timing}")
                 self.kernel_choice[size_class] = max(rates, key=lambda fam: rates[fam])
             return self.kernel_choice[size_class] == "group"
+
+    # ---- the auto choice, kept across processes (unifl.scheduler.tuning) ------------------------
+    def tuning_key(self) -> str | None:
+        """``kernels: auto`` only: the device's name, the CUDA library's digest and the options
+        that change what the calibration compares (window, lanes, CGBN)."""
+        if self.kernels != "auto":
+            return None
+        from .runtime import devices, library_digest
+        device = devices()[self.engine.device].split(" ", 1)[-1]
+        o = self.options
+        return (f"{device}|lib {library_digest()}|window {o.window}|lanes {o.lanes}|"
+                f"cgbn {bool(self.cgbn)}")
+
+    def tuning(self) -> dict[str, Any]:
+        """The family chosen per size class and the measured rates behind each choice."""
+        with self._choice_lock:
+            return {"kernel_choice": {str(c): f for c, f in sorted(self.kernel_choice.items())},
+                    "kernel_timing": {str(c): {f: v for f, v in t.items() if f in FAMILIES}
+                                      for c, t in sorted(self.kernel_timing.items())}}
+
+    def adopt_tuning(self, state: Any) -> int:
+        """Take the choices of :meth:`tuning`'s form that check out (a size class of the kernels,
+        a family name); a class already decided here keeps its own.  The adopted timing says
+        ``"source": "record"``."""
+        took = 0
+        with self._choice_lock:
+            for size_class, (family, rates) in recorded_choices(state).items():
+                if size_class not in self.kernel_choice:
+                    self.kernel_choice[size_class] = family
+                    self.kernel_timing[size_class] = {**rates, "source": "record"}
+                    took += 1
+        return took
 
     def _calibrate(self, size_class: int) -> dict[str, float | str]:
         """ModExps per second of each family on one calibration batch of this size class (or the

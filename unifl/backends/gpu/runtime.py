@@ -18,6 +18,7 @@ turns into a reason, where an import-time failure would hide it.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import threading
@@ -66,6 +67,22 @@ def build_info() -> dict[str, Any]:
 
 def library_path() -> str:
     return os.path.join(HERE, LIB_NAME)
+
+
+_digest: str | None = None
+
+
+def library_digest() -> str:
+    """SHA-256 of the CUDA library's bytes, first 16 hex digits (read once per process): names
+    the exact kernels behind a measurement kept across processes (``GpuBackend.tuning_key``)."""
+    global _digest
+    if _digest is None:
+        h = hashlib.sha256()
+        with open(library_path(), "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        _digest = h.hexdigest()[:16]
+    return _digest
 
 
 def _signatures() -> dict[str, tuple[list[Any], Any]]:
