@@ -88,6 +88,13 @@ if TYPE_CHECKING:
 #: (see _calibration_exponent_bits)
 CALIBRATION_BATCH = 16384
 CALIBRATION_REPEATS = 2
+#: a family whose untimed warm-up already took more than CALIBRATION_LOSES times the leader's
+#: best plus CALIBRATION_SLACK_S is not timed further: what a first launch adds on a live context
+#: is milliseconds, so its steady time is still over the leader's.  On an H200 the one-thread
+#: family's 4096-bit batch took 1.3 s against the group's 0.13 s, and timing it twice more was
+#: 2.6 s of a party's start.
+CALIBRATION_LOSES = 2.0
+CALIBRATION_SLACK_S = 0.05
 
 
 def _calibration_exponent_bits(size_class: int) -> int:
@@ -139,12 +146,16 @@ class GpuBackend(KernelBackend):
     :data:`CALIBRATION_BATCH` ModExps with a random odd modulus of the class's full width and random
     full-length exponents (shorter above 2048 bits, :func:`_calibration_exponent_bits`), base
     resident on the device, run once untimed by each family and then timed
-    :data:`CALIBRATION_REPEATS` times each; the faster family's best time wins.  The choice is kept
+    :data:`CALIBRATION_REPEATS` times each (the cooperative family first; the other is not timed
+    further when its warm-up alone is over :data:`CALIBRATION_LOSES` times the first's best); the
+    faster family's best time wins.  The choice is kept
     in :attr:`kernel_choice` (class -> ``"thread"``/``"group"``) and the rates behind it in
     :attr:`kernel_timing`, for reports.  A family that refuses the calibration modulus
     (OperandError: e.g. a device with too little shared memory per block for the group tables)
     loses, and the reason is recorded there instead of a rate.  The CRT ops follow the choice of
-    n²'s class (``KernelBackend._crt_group``).
+    n²'s class (``KernelBackend._crt_group``).  The choices outlive the process: under the key of
+    :meth:`tuning_key` the scheduler records them and gives them to the next instance
+    (:mod:`unifl.scheduler.tuning`), so a machine times each class once.
     """
 
     name = "gpu"
@@ -233,11 +244,18 @@ class GpuBackend(KernelBackend):
         exps[:, -1] |= np.uint64(1 << (top - 1))   # full length: every window is worked
         resident = self.engine.upload(base)
         out: dict[str, float | str] = {}
-        for fam, group in (("thread", False), ("group", True)):
+        leader = float("inf")                 # the best time of the families measured so far
+        for fam, group in (("group", True), ("thread", False)):
+            t0 = time.perf_counter()
             try:
                 self.engine.exp(key, resident, exps, MOD_EXP, group)     # warm-up (and the check)
             except OperandError as exc:
                 out[fam] = f"refused: {exc}"
+                continue
+            warm_up = time.perf_counter() - t0
+            if warm_up > CALIBRATION_LOSES * leader + CALIBRATION_SLACK_S:
+                out[fam] = (f"lost: its warm-up took {warm_up:.3f} s, over "
+                            f"{CALIBRATION_LOSES:g}x the leader's {leader:.3f} s")
                 continue
             best = float("inf")
             for _ in range(CALIBRATION_REPEATS):
@@ -245,6 +263,7 @@ class GpuBackend(KernelBackend):
                 self.engine.exp(key, resident, exps, MOD_EXP, group)
                 best = min(best, time.perf_counter() - t0)
             out[fam] = n / best
+            leader = min(leader, best)
         return out
 
     @classmethod
