@@ -71,15 +71,6 @@ def fakes():
         registry._explicit.discard(name)
 
 
-@pytest.fixture
-def private_cache(tmp_path, monkeypatch):
-    home = tmp_path / "xdg"
-    home.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    monkeypatch.delenv("UNIFL_CALIBRATION_CACHE", raising=False)
-    return home / "unifl"
-
-
 def _dispatcher(split: bool = True, mode: str = "auto", pin=None, acc: Backend | None = None
                 ) -> DispatchBackend:
     acc_be = CountingBackend(acc or _SlowToStart(), device="test card")

@@ -66,15 +66,6 @@ def self_timed():
     registry._explicit.discard("self_timed")
 
 
-@pytest.fixture
-def private_cache(tmp_path, monkeypatch):
-    home = tmp_path / "xdg"
-    home.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    monkeypatch.delenv("UNIFL_CALIBRATION_CACHE", raising=False)
-    return home / "unifl"
-
-
 def _party() -> PartyConfig:
     """A party on the test backend, started as in a new process (no shared instance yet)."""
     registry._instances.pop("self_timed", None)
