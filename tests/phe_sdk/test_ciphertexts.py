@@ -236,3 +236,36 @@ def test_obfuscate_rerandomises_and_keeps_plaintexts():
     assert o.decrypt(sk) == [9, -9]
     assert set(cts(o)).isdisjoint(cts(b))
     assert paillier.PublicKey(pk.n) == o.public_key
+
+
+def _exponent_values(exps: np.ndarray) -> list[list[int]]:
+    return [[sum(int(limb) << (64 * i) for i, limb in enumerate(e)) for e in row] for row in exps]
+
+
+@SETTINGS
+@given(k=st.integers(0, 3), n=st.integers(0, 5), data=st.data())
+def test_vectorised_exponents_equal_the_python_ones(k, n, data):
+    """The int64 path of the matmul exponents (features and gradients at the SDK's scales) gives
+    the very exponents, sign split and bound of the Python-int path, and a matrix with a value it
+    cannot hold exactly (|v| of 2^42 or more, INT64_MIN, an unsigned value past 2^63) takes the
+    Python path."""
+    from unifl.phe_sdk.ciphertexts import _exponent_rows, _int_matrix
+    value = st.one_of(st.integers(-2 ** 41, 2 ** 41), st.integers(-2 ** 70, 2 ** 70),
+                      st.sampled_from([0, 1, -1, 2 ** 42, -2 ** 42, -2 ** 63, 2 ** 63 - 1]))
+    vals = data.draw(st.lists(value, min_size=k * n, max_size=k * n))
+    obj = np.array(vals, dtype=object).reshape(k, n)
+    typed = _int_matrix(obj)
+    assert typed.dtype == (np.int64 if all(-2 ** 63 <= v < 2 ** 63 for v in vals) else object)
+    fast, slow = _exponent_rows(typed), _exponent_rows(obj)      # obj: always the Python path
+    assert fast[1:] == slow[1:]
+    assert _exponent_values(fast[0]) == _exponent_values(slow[0])
+    assert fast[0].shape[:2] == (k, 2 * n if fast[1] else n)
+
+
+def test_integer_matrices_of_any_dtype_keep_their_values():
+    from unifl.phe_sdk.ciphertexts import _int_matrix
+    assert _int_matrix(np.array([[2 ** 64 - 1]], dtype=np.uint64)).tolist() == [[2 ** 64 - 1]]
+    assert _int_matrix(np.array([[2 ** 63 - 1, -3]], dtype=np.int64)).dtype == np.int64
+    assert _int_matrix(np.array([[True, False]])).tolist() == [[1, 0]]
+    with pytest.raises(OperandError, match="encode"):
+        _int_matrix(np.array([[0.5]]))

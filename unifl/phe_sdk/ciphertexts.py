@@ -387,9 +387,8 @@ class CiphertextBatch:
         if m * k != self.size or b.shape[0] != k:
             raise OperandError(f"matmul shapes {(m, k)} and {b.shape} do not align "
                                f"({self.size} ciphertexts)")
-        cols = [b[:, c].tolist() for c in range(b.shape[1])]
         grid = np.arange(m * k).reshape(m, k)
-        parts, bound = self._multi_exps([grid[j] for j in range(m)], cols)
+        parts, bound = self._multi_exps([grid[j] for j in range(m)], b.T)
         if not parts:
             return self._derive(np.empty((0, self.ctx.num_limbs), np.uint64), bound)
         return self._derive(parts[0] if len(parts) == 1 else np.concatenate(parts), bound)
@@ -405,9 +404,8 @@ class CiphertextBatch:
         if m * k != self.size or x.shape[1] != m:
             raise OperandError(f"matmul shapes {x.shape} and {(m, k)} do not align "
                                f"({self.size} ciphertexts)")
-        rows = [x[r].tolist() for r in range(x.shape[0])]
         grid = np.arange(m * k).reshape(m, k)
-        parts, bound = self._multi_exps([grid[:, c] for c in range(k)], rows)
+        parts, bound = self._multi_exps([grid[:, c] for c in range(k)], x)
         width = self.ctx.num_limbs
         if not parts:
             return self._derive(np.empty((0, width), np.uint64), bound)
@@ -442,20 +440,13 @@ class CiphertextBatch:
             return None
         return encoding.check_bound(bound, self.public_key.max_int, what)
 
-    def _multi_exps(self, parts: list[np.ndarray], rows: list[list[int]]
+    def _multi_exps(self, parts: list[np.ndarray], rows: np.ndarray
                     ) -> tuple[list[Limbs], int | None]:
         """For each index set of ``parts`` (all of one length n): the K products
-        prod_i base[i]^rows[k][i], with the exponent limbs built once for every part."""
-        l1 = max((sum(abs(v) for v in r) for r in rows), default=0)
+        prod_i base[i]^rows[k, i] for the (K, n) integer matrix ``rows`` (:func:`_int_matrix`),
+        with the exponent limbs built once for every part."""
+        exps, negative, l1 = _exponent_rows(rows)
         bound = self._grown(None if self.bound is None else self.bound * l1, "matmul")
-        n = len(parts[0]) if parts else 0
-        negative = any(v < 0 for r in rows for v in r)
-        if negative:   # row i of the exponents: positive parts on the bases, negative on inverses
-            rows = [[max(v, 0) for v in r] + [max(-v, 0) for v in r] for r in rows]
-        width = 2 * n if negative else n
-        flat = [v for r in rows for v in r]
-        exps = _exp_array(flat).reshape(len(rows), width, -1) if flat else \
-            np.zeros((len(rows), width, 1), np.uint64)
         be, ctx = self.backend, self.ctx
         out = []
         for idx in parts:
@@ -495,10 +486,49 @@ def _max_bound(bounds: Iterable[int | None]) -> int | None:
 
 
 def _int_matrix(plain: np.ndarray | Sequence[Sequence[int]]) -> np.ndarray:
-    """A 2-D object array of Python ints."""
+    """A 2-D array of integers: ``int64`` when every value fits one (what the SDK's encoding
+    gives for features and gradients: the fast path of :func:`_exponent_rows`), else an object
+    array of Python ints."""
     arr = np.asarray(plain)
     if arr.ndim != 2:
         raise OperandError(f"a plaintext matrix is 2-D, got shape {arr.shape}")
-    out = np.empty(arr.shape, dtype=object)
-    out.reshape(-1)[:] = _ints(arr)
-    return out
+    if arr.dtype.kind == "i" or (arr.dtype.kind == "u" and int(arr.max(initial=0)) < 1 << 63):
+        return arr.astype(np.int64, copy=False)
+    vals = _ints(arr)
+    try:
+        return np.array(vals, dtype=np.int64).reshape(arr.shape)
+    except OverflowError:
+        out = np.empty(arr.shape, dtype=object)
+        out.reshape(-1)[:] = vals
+        return out
+
+
+#: the largest |exponent| the vectorised path takes: every row's sum of |v| over up to 2^20
+#: columns (and each −v) stays an exact int64
+_FAST_ABS = 1 << 42
+
+
+def _exponent_rows(rows: np.ndarray) -> tuple[np.ndarray, bool, int]:
+    """The exponents of the multi-exponentiations for a (K, n) integer matrix, as limbs
+    (K, width, Le): row k's entries on the n bases, then -- when any entry is negative (the
+    second value) -- its negated negative entries on the n inverted bases, so width is n or 2n;
+    and the largest row sum of |v| (the third value, which bounds the result).  NumPy does it
+    when every |v| is below 2^42 and n below 2^20; Python ints otherwise, with the same values."""
+    k, n = rows.shape
+    if rows.dtype == np.int64 and n < 1 << 20:
+        mag = np.abs(rows)
+        if rows.size == 0 or (int(mag.min()) >= 0 and int(mag.max()) < _FAST_ABS):
+            l1 = int(mag.sum(axis=1).max(initial=0))
+            negative = bool((rows < 0).any())
+            e = np.concatenate([np.maximum(rows, 0), np.maximum(-rows, 0)], axis=1) \
+                if negative else rows
+            return e.astype(np.uint64).reshape(k, e.shape[1], 1), negative, l1
+    lists = [[int(v) for v in r] for r in rows.tolist()]
+    l1 = max((sum(abs(v) for v in r) for r in lists), default=0)
+    negative = any(v < 0 for r in lists for v in r)
+    if negative:   # row i of the exponents: positive parts on the bases, negative on inverses
+        lists = [[max(v, 0) for v in r] + [max(-v, 0) for v in r] for r in lists]
+    width = 2 * n if negative else n
+    flat = [v for r in lists for v in r]
+    exps = _exp_array(flat).reshape(k, width, -1) if flat else np.zeros((k, width, 1), np.uint64)
+    return exps, negative, l1
