@@ -261,8 +261,8 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
              lab: "NetnsLab | None" = None, pin: bool = False,
              profile: Path | None = None) -> dict[str, Any]:
     """One of our jobs, each party its own process; the row of it.  ``profile``: each party runs
-    under cProfile, and ``profile/<job>-<role>.txt`` gets its 40 costliest calls by cumulative time
-    (the main thread's: where a party's wall time goes besides the crypto the counters show)."""
+    under cProfile, and ``profile/<job>-<role>.txt`` gets its costliest calls (the main thread's:
+    where a party's wall time goes besides the crypto the counters show)."""
     import yaml
 
     from unifl.app.params import load_job
@@ -338,7 +338,8 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
 
 
 def _profile_text(work: Path, roles: Sequence[str], stem: Path) -> None:
-    """Each party's cProfile record as text, the 40 costliest calls by cumulative time."""
+    """Each party's cProfile record as text: the 40 costliest calls by cumulative time, then the
+    25 by own time."""
     import io
     import pstats
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -347,7 +348,9 @@ def _profile_text(work: Path, roles: Sequence[str], stem: Path) -> None:
         if not prof.is_file():
             continue
         buf = io.StringIO()
-        pstats.Stats(str(prof), stream=buf).sort_stats("cumulative").print_stats(40)
+        stats = pstats.Stats(str(prof), stream=buf)
+        stats.sort_stats("cumulative").print_stats(40)
+        stats.sort_stats("tottime").print_stats(25)
         Path(f"{stem}-{role}.txt").write_text(buf.getvalue())
 
 
