@@ -25,7 +25,8 @@ class GpuOptions(BackendOptions):
         "auto", "which kernel bodies run the ops that have both: thread (one thread per instance, "
                 "64-bit limbs in local memory), group (cooperative: TPI threads per instance, "
                 "32-bit words in registers) or auto (per size class, by timing both once on the "
-                "device; docs/backends/gpu.md)")
+                "device and keeping the choice in the private tuning record for later jobs; "
+                "docs/backends/gpu.md)")
 
     window: Literal["auto", 3, 4, 5] = option(
         "auto", "exponent window of the cooperative kernels, in bits (2^w table entries per group "
