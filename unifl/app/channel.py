@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 from ..core.backend import Backend
 from ..core.errors import InsecureTransportError, PeerTimeout, TransportError
+from ..core.lru import LruCache
 from ..phe_sdk import paillier, rsa
 from . import codec
 
@@ -157,28 +158,17 @@ class Channel:
         self.default_timeout = default_timeout
         #: backend decoded encrypted arrays compute on (a party sets its own)
         self.backend = backend
-        self._keys: OrderedDict[bytes, paillier.PublicKey] = OrderedDict()
-        self._lock = threading.Lock()
+        self._keys: LruCache[bytes, paillier.PublicKey] = LruCache(MAX_KEYS)
         self.codec_seconds = 0.0
 
     # ---- key registry
     def register_key(self, key: paillier.PublicKey) -> None:
         """Accept ciphertexts under ``key`` from now on (while it is among the :data:`MAX_KEYS`
         most recently used)."""
-        fp = codec.fingerprint16(key)
-        with self._lock:
-            self._keys[fp] = key
-            self._keys.move_to_end(fp)
-            while len(self._keys) > MAX_KEYS:
-                self._keys.popitem(last=False)
+        self._keys.put(codec.fingerprint16(key), key)
 
     def known_key(self, fp: bytes) -> paillier.PublicKey | None:
-        fp = bytes(fp)
-        with self._lock:
-            key = self._keys.get(fp)
-            if key is not None:
-                self._keys.move_to_end(fp)
-            return key
+        return self._keys.get(bytes(fp))
 
     # ---- objects
     def send(self, dst: str, tag: str, obj: Any) -> None:

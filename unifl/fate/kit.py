@@ -59,8 +59,6 @@ sizes and limb widths within the largest key's.  Ciphertexts travel as plain res
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -68,6 +66,7 @@ import torch
 
 from ..base_op import constant
 from ..core.errors import EncodingOverflowError, KeyMismatchError, OperandError, SerializationError
+from ..core.lru import LruCache
 from ..phe_sdk import encoding, paillier
 from ..phe_sdk.ciphertexts import CiphertextBatch
 from . import party
@@ -86,22 +85,13 @@ __all__ = ["keygen", "SK", "PK", "Coder", "FV", "EV", "evaluator", "FLOAT_BITS",
 #: uses two or three keys; an entry is a few KiB of Montgomery constants (a backend's per-key
 #: state is held weakly and goes with the last PK using it)
 MAX_KEYS = 64
-_keys: OrderedDict[int, paillier.PublicKey] = OrderedDict()
-_keys_lock = threading.Lock()
+_keys: LruCache[int, paillier.PublicKey] = LruCache(MAX_KEYS)
 
 
 def _public_key(n: int) -> paillier.PublicKey:
     """One UniFL PublicKey per modulus per process while it is among the MAX_KEYS most recently
     used (unpickling a PK many times stays cheap)."""
-    with _keys_lock:
-        key = _keys.get(n)
-        if key is None:
-            key = _keys[n] = paillier.PublicKey(n)
-            while len(_keys) > MAX_KEYS:
-                _keys.popitem(last=False)
-        else:
-            _keys.move_to_end(n)
-        return key
+    return _keys.get_or_put(n, lambda: paillier.PublicKey(n))
 
 
 #: largest scale a vector may carry (a peer's included).  Encoding makes scales in [0, MAX_SCALE]

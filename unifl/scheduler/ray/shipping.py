@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.limbs import DeviceBatch
+from ...core.lru import LruCache
 from ...core.montgomery import MontContext
 from .cluster import import_ray
 
@@ -128,8 +128,7 @@ class Resolver:
     that is still in use keeps its object (and the worker backend its state for it)."""
 
     def __init__(self, capacity: int = 64) -> None:
-        self._objects: OrderedDict[str, Any] = OrderedDict()
-        self._capacity = capacity
+        self._objects: LruCache[str, Any] = LruCache(capacity)
         self.fetched = 0                 # how many handles were fetched (not found in the cache)
 
     def resolve(self, x: Any) -> Any:
@@ -141,9 +140,5 @@ class Resolver:
         if obj is None:
             obj = import_ray().get(x.ref)
             self.fetched += 1
-            self._objects[x.key] = obj
-            while len(self._objects) > self._capacity:
-                self._objects.popitem(last=False)
-        else:
-            self._objects.move_to_end(x.key)
+            self._objects.put(x.key, obj)
         return obj
