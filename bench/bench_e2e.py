@@ -193,15 +193,13 @@ def backend_missing(name: str) -> str | None:
     return None if pr.available else (pr.reason or "unavailable")
 
 
-#: the parties' ``dispatch.mode`` (``--dispatch``): off, or size-aware dispatch between an
-#: accelerator and the party's CPU backend (a CPU party ignores it: nothing to dispatch)
-DISPATCH = {"mode": "off"}
-
-
-def _party_yaml(role: str, backend: str, bits: int, path: Path, threads: int | None) -> Path:
+def _party_yaml(role: str, backend: str, bits: int, path: Path, threads: int | None,
+                dispatch: str = "off") -> Path:
+    """``dispatch``: the party's ``dispatch.mode`` (``--dispatch``; a CPU party has nothing to
+    dispatch and ignores it)."""
     import yaml
     cfg: dict[str, Any] = {"party": role, "backend": backend, "fallback": [], "key_bits": bits,
-                           "network": {"timeout_s": 600}, "dispatch": dict(DISPATCH)}
+                           "network": {"timeout_s": 600}, "dispatch": {"mode": dispatch}}
     if threads is not None and backend == "native":
         cfg["native"] = {"threads": threads}
     path.write_text(yaml.safe_dump(cfg))
@@ -259,7 +257,7 @@ def _wait_all(procs: dict[str, subprocess.Popen], timeout: float, label: str) ->
 def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, rows: int,
              overlap: bool | None, data_dir: Path, work: Path, timeout: float,
              lab: "NetnsLab | None" = None, pin: bool = False,
-             profile: Path | None = None) -> dict[str, Any]:
+             profile: Path | None = None, dispatch: str = "off") -> dict[str, Any]:
     """One of our jobs, each party its own process; the row of it.  ``profile``: each party runs
     under cProfile, and ``profile/<job>-<role>.txt`` gets its costliest calls (the main thread's:
     where a party's wall time goes besides the crypto the counters show)."""
@@ -275,7 +273,7 @@ def run_ours(variant: str, placement: dict[str, str], bits: int, epochs: int, ro
     load_job(job_path)
     pins = cpu_sets(roles) if pin else {}
     cfgs = {r: str(_party_yaml(r, placement[r], bits, work / f"{r}.base.yaml",
-                               len(pins[r]) if pin else None)) for r in roles}
+                               len(pins[r]) if pin else None, dispatch)) for r in roles}
     party_files = tls_party_configs(cfgs, work)
     if lab is None:
         addrs = {r: f"127.0.0.1:{free_port()}" for r in roles}
@@ -761,7 +759,6 @@ def _plan(a: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = _args(argv)
-    DISPATCH["mode"] = a.dispatch
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     budget = Budget(a.budget_s, a.job_timeout_s)
@@ -827,7 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                spec["overlap"] if overlap_known else None, data_dir, work,
                                timeout, lab if link == "netem" else None,
                                a.pin_cpus and link == "netem",
-                               Path(a.profile) if a.profile else None)
+                               Path(a.profile) if a.profile else None, a.dispatch)
             else:
                 assert py is not None
                 row = run_fate(spec["fate_kind"], bits, a.epochs, split, py, work, timeout)

@@ -523,7 +523,7 @@ def _exponent_rows(rows: np.ndarray) -> tuple[np.ndarray, bool, int]:
             e = np.concatenate([np.maximum(rows, 0), np.maximum(-rows, 0)], axis=1) \
                 if negative else rows
             return e.astype(np.uint64).reshape(k, e.shape[1], 1), negative, l1
-    lists = [[int(v) for v in r] for r in rows.tolist()]
+    lists = rows.tolist()               # Python ints, whatever the array's dtype
     l1 = max((sum(abs(v) for v in r) for r in lists), default=0)
     negative = any(v < 0 for r in lists for v in r)
     if negative:   # row i of the exponents: positive parts on the bases, negative on inverses
