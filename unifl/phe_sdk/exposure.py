@@ -42,7 +42,9 @@ Data is refused when any of the following holds (and only then):
 What this does not find, by construction: a secret transformed by anything not listed (XOR with
 a pad, a sum of shares, encryption, compression, another radix, mixed-case hex, a float), and
 pieces shorter than the thresholds above (a secret cut into pieces of fewer than 64 bits, or fewer
-than 16 characters, each in its own field).  No guard can find every encoding: a piece of code that
+than 16 characters, each in its own field; such a piece is still found when the bytes beside
+it in the message happen to continue the secret, as a header byte does about once in 256 per
+side).  No guard can find every encoding: a piece of code that
 computes on p to hide it defeats any detector, so the guarantee is this list; the SDK's own
 protocol code never reads a private key's numbers outside :mod:`unifl.phe_sdk`.
 
