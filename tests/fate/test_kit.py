@@ -370,7 +370,8 @@ def test_fate_kit_refuses_received_scales_that_would_exhaust_memory(scale):
 
 
 def test_the_key_owner_encrypts_with_the_crt_and_never_ships_its_primes(keys, monkeypatch):
-    """The PK from keygen encrypts as the key owner (one fused CRT op per batch); the same PK
+    """The PK from keygen encrypts as the key owner (one fused CRT op per batch, y^p or the
+    owner's generators); the same PK
     pickled for a peer is n alone: its bytes hold neither prime, and the peer's copy encrypts
     with the public path."""
     from unifl.core import registry
@@ -380,8 +381,12 @@ def test_the_key_owner_encrypts_with_the_crt_and_never_ships_its_primes(keys, mo
         be = registry.backend("native")
         calls: list[str] = []
         real_owner, real_public = be.op_paillier_encrypt_owner, be.op_paillier_encrypt
+        real_generator = be.op_paillier_encrypt_owner_generator
         monkeypatch.setattr(be, "op_paillier_encrypt_owner",
                             lambda *a: calls.append("owner") or real_owner(*a))
+        # keys from keygen obfuscate from the owner's generators: the same CRT, a cheaper factor
+        monkeypatch.setattr(be, "op_paillier_encrypt_owner_generator",
+                            lambda *a: calls.append("owner") or real_generator(*a))
         monkeypatch.setattr(be, "op_paillier_encrypt",
                             lambda *a: calls.append("public") or real_public(*a))
         np.testing.assert_allclose(dec(keys[0], enc(keys[0], X)).numpy(), X.numpy(), atol=1e-12)

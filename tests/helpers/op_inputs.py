@@ -110,6 +110,13 @@ def _owner_fixed_base_args() -> list[tuple]:
     return [(sk.material, _plaintexts(pk), _fixed_base_exps(pk.material.fixed_base))]
 
 
+def _owner_generator_args() -> list[tuple]:
+    pk, sk = _keys()
+    mat = sk.material
+    return [(mat, _plaintexts(pk), _below(mat.p - 1, N, mat.p_limbs),
+             _below(mat.q - 1, N, mat.q_limbs))]
+
+
 def _decrypt_args() -> list[tuple]:
     pk, sk = _keys()
     m, r = _plaintexts(pk), _below(pk.n, N, pk.n_ctx.num_limbs)
@@ -130,6 +137,7 @@ GENERATORS: dict[str, Callable[[], list[tuple]]] = {
     "paillier_encrypt_fixed_base": _encrypt_fixed_base_args,
     "paillier_encrypt_owner": _owner_args,
     "paillier_encrypt_owner_fixed_base": _owner_fixed_base_args,
+    "paillier_encrypt_owner_generator": _owner_generator_args,
     "paillier_decrypt": _decrypt_args,
 }
 

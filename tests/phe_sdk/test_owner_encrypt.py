@@ -32,7 +32,7 @@ from unifl.phe_sdk.array import EncryptedArray
 from unifl.phe_sdk.primes import random_prime
 from unifl.scheduler.multi import MultiDeviceBackend
 
-from tests.helpers.keys import paillier_keypair
+from tests.helpers.keys import paillier_keypair, paillier_keypair_without_generators
 
 OWNER_OPS = {"paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base"}
 NO_HOST = pytest.mark.skipif(_gpu_host is None, reason="gpu host harness not built")
@@ -190,7 +190,9 @@ def test_the_sdk_paths_of_the_key_owner_decrypt_and_are_fresh():
 
 # ------------------------------------------------------------------ dispatch and cost per batch
 def test_native_runs_one_fused_call_per_batch(monkeypatch):
-    pk, sk = paillier_keypair(2048)
+    """A key without proven generators (keys made elsewhere): y^p in one fused call (keys of
+    ``keygen`` take the generator op: test_owner_generators.py)."""
+    pk, sk = paillier_keypair_without_generators(2048)
     be = _make("native")
     calls: list[str] = []
     for op in ("op_paillier_encrypt_owner", "op_mod_exp_secret", "op_mont_mul", "op_mod_exp"):

@@ -102,6 +102,19 @@ class OpContract(Protocol):
         the cost per multiplication of the full-size comb), built once per key record."""
         ...
 
+    def op_paillier_encrypt_owner_generator(self, sk: PaillierPrivateMaterial, m: Limbs,
+                                            kp: np.ndarray, kq: np.ndarray) -> Limbs:
+        """Key-owner encryption from the owner's generators, Montgomery form mod n²:
+        (1 + m·n)·CRT(gp^kp mod p², gq^kq mod q²) mod n², with gp, gq of ``sk.generators``;
+        m (N, Ln), kp (N, Lp), kq (N, Lq) (``sk.p_limbs``, ``sk.q_limbs``), each exponent of at
+        most p's (q's) bit length.
+
+        gp and gq generate the n-th residues mod p² and q² (orders p − 1 and q − 1), so for kp, kq
+        uniform in [0, p − 1), [0, q − 1) the factor is distributed exactly as r^n mod n² for r
+        uniform in Z_n*.  Computed from comb tables of gp mod p² and gq mod q² (built once per key
+        record): one MontMult of half size per non-zero comb digit, no squaring."""
+        ...
+
     def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
         """m (N, Ln) from Montgomery-form ciphertexts (N, L2), with the CRT; refuses (ValueError
         naming the element) a ciphertext whose CRT half is not ≡ 1 mod p after c^(p−1)."""

@@ -28,6 +28,22 @@ class FixedBase:
 
 
 @dataclass(frozen=True, eq=False)
+class ResidueGenerators:
+    """The key owner's generators of the n-th residues, one per CRT half: ``gp`` of order p − 1
+    mod p² (the subgroup of p-th powers, which holds r^n mod p² for every unit r when
+    gcd(q, p − 1) = 1), ``gq`` of order q − 1 mod q²; comb digits of ``window`` bits.
+
+    For kp uniform in [0, p − 1) and kq in [0, q − 1), CRT(gp^kp mod p², gq^kq mod q²) is uniform
+    over the n-th residues mod n², exactly the distribution of r^n mod n² for r uniform in Z_n*:
+    no assumption beyond Paillier's own (unlike the DJN fixed base, whose short exponents are
+    one).  Plain ints; secret like p and q."""
+
+    gp: int = field(repr=False)
+    gq: int = field(repr=False)
+    window: int
+
+
+@dataclass(frozen=True, eq=False)
 class PaillierPublicMaterial:
     """n, with the Montgomery contexts of n and n², and the DJN fixed base when it is on."""
 
@@ -53,7 +69,10 @@ class PaillierPrivateMaterial:
       x_q = x mod q², x = x_p + p²·((x_q − x_p)·(p²)^−1 mod q²).  This orientation needs no
       reduction of x_p, since x_p < p² < q² (p < q), whatever the limb counts of p² and q²;
     * ``half_exponent_obfuscation``: gcd(q, p−1) = gcd(p, q−1) = 1, so the key owner may draw
-      obfuscators as y_p^p mod p², y_q^q mod q² (see ``paillier_encrypt_owner`` in the op contract).
+      obfuscators as y_p^p mod p², y_q^q mod q² (see ``paillier_encrypt_owner`` in the op contract);
+    * ``generators``: generators of the n-th residues mod p² and q² when the key owner could prove
+      them (the factors of p − 1 and q − 1 known), for fixed-base obfuscation with full-length
+      exponents (``paillier_encrypt_owner_generator`` in the op contract); else None.
     """
 
     public_key: PaillierPublicMaterial = field(repr=False)
@@ -66,6 +85,14 @@ class PaillierPrivateMaterial:
     q_inverse: int = field(repr=False)
     psquare_inverse: int = field(repr=False)
     half_exponent_obfuscation: bool = True
+    generators: ResidueGenerators | None = None
+
+    def require_generators(self) -> ResidueGenerators:
+        """The owner's generators; OperandError when the key has none."""
+        if self.generators is None:
+            raise OperandError("generator obfuscation: this private key has no proven generators "
+                               "of the n-th residues (its p − 1 or q − 1 could not be factored)")
+        return self.generators
 
     @property
     def psquare(self) -> int:

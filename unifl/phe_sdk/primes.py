@@ -1,10 +1,15 @@
-"""Prime generation for key generation, from the OS CSPRNG (``secrets``) and gmpy2's primality test."""
+"""Prime generation for key generation, from the OS CSPRNG (``secrets``) and gmpy2's primality test,
+and the factorisation of p − 1 that proves a generator of Z_p* (what the key owner's fixed-base
+obfuscation needs, :mod:`unifl.phe_sdk.paillier`)."""
 
 from __future__ import annotations
 
+import functools
+import math
 import secrets
 
 import gmpy2
+import numpy as np
 
 from ..core.errors import WeakKeyError
 
@@ -21,6 +26,84 @@ def random_prime(bits: int) -> int:
         cand = secrets.randbits(bits) | (3 << (bits - 2)) | 1
         if gmpy2.is_prime(cand, 50):
             return int(cand)
+
+
+#: every prime factor of the cofactor t of :func:`random_prime_with_known_order` lies below this
+#: bound, so trial division up to it finds them all
+SMOOTH_BOUND = 1 << 16
+
+
+@functools.lru_cache(maxsize=1)
+def _small_primes() -> tuple[int, ...]:
+    """The primes below :data:`SMOOTH_BOUND` (sieve of Eratosthenes)."""
+    sieve = np.ones(SMOOTH_BOUND, dtype=bool)
+    sieve[:2] = False
+    for i in range(2, math.isqrt(SMOOTH_BOUND) + 1):
+        if sieve[i]:
+            sieve[i * i::i] = False
+    return tuple(int(x) for x in np.nonzero(sieve)[0])
+
+
+def random_prime_with_known_order(bits: int) -> int:
+    """A random prime p of exactly ``bits`` bits (top two bits set, as :func:`random_prime`) with
+    p − 1 = 2·t·s for a random prime s of ``bits`` − 16 bits and a random t < 2^16, so that
+    :func:`p_minus_1_factors` proves the prime factors of p − 1 (those of 2·t by trial division,
+    and s).
+
+    Why: a generator of Z_p* is provable only when the factors of p − 1 are known, and the key
+    owner's fixed-base obfuscation needs one (:mod:`unifl.phe_sdk.paillier`).  A large prime
+    factor of p − 1 is what the p − 1 factoring method needs absent; s is such a factor.
+    Candidates t are drawn at random from the range that keeps p at ``bits`` bits; for about 1 in
+    ln(p)/2 of them p is prime.
+    """
+    if bits < 64:
+        raise ValueError("prime size too small for a cofactor of known order")
+    s_bits = bits - 16          # s ≥ 2^(bits−17), so t < 2^bits / (2·s) ≤ 2^16
+    lo_p, hi_p = 3 << (bits - 2), (1 << bits) - 1
+    while True:
+        s = secrets.randbits(s_bits) | (1 << (s_bits - 1)) | 1
+        if not gmpy2.is_prime(s, 50):
+            continue
+        t_lo = -(-(lo_p - 1) // (2 * s))
+        t_hi = (hi_p - 1) // (2 * s)
+        for _ in range(16 * bits):
+            t = t_lo + secrets.randbelow(t_hi - t_lo + 1)
+            p = 2 * t * s + 1
+            if gmpy2.is_prime(p, 50):
+                return int(p)
+
+
+def p_minus_1_factors(p: int) -> tuple[int, ...] | None:
+    """The distinct prime factors of p − 1, when they can be established: trial division by the
+    primes below :data:`SMOOTH_BOUND`, and what remains is 1 or passes gmpy2's primality test (50
+    rounds).  None otherwise (p − 1 has two or more factors above the bound, as most random primes
+    do; :func:`random_prime_with_known_order` makes primes for which this succeeds)."""
+    rest = gmpy2.mpz(p - 1)
+    found: list[int] = []
+    for ell in _small_primes():
+        if rest % ell == 0:
+            found.append(ell)
+            while rest % ell == 0:
+                rest //= ell
+        if ell * ell > rest:
+            break
+    if rest == 1:
+        return tuple(found)
+    if rest < SMOOTH_BOUND * SMOOTH_BOUND or gmpy2.is_prime(rest, 50):
+        return tuple(found) + (int(rest),)
+    return None
+
+
+def unit_group_generator(p: int, factors: tuple[int, ...]) -> int:
+    """A random generator (primitive root) of Z_p* for a prime p, given the distinct prime factors
+    of p − 1: a uniform a in [2, p − 1) with a^((p−1)/ℓ) ≠ 1 (mod p) for every ℓ, which is exactly
+    the condition for a to have order p − 1.  About φ(p−1)/(p−1) of the draws qualify."""
+    if math.prod(factors) == 1 or any((p - 1) % ell for ell in factors):
+        raise ValueError("factors must be the prime factors of p − 1")
+    while True:
+        a = 2 + secrets.randbelow(p - 3)
+        if all(pow(a, (p - 1) // ell, p) != 1 for ell in factors):
+            return a
 
 
 def random_below(n: int, count: int) -> list[int]:

@@ -190,6 +190,7 @@ SPLITS: dict[str, Split] = {
     "paillier_encrypt_fixed_base": Rows(("m", "a")),
     "paillier_encrypt_owner": Rows(("m", "yp", "yq")),
     "paillier_encrypt_owner_fixed_base": Rows(("m", "a")),
+    "paillier_encrypt_owner_generator": Rows(("m", "kp", "kq")),
     "paillier_decrypt": Rows(("c_mont",)),
 }
 

@@ -45,7 +45,7 @@ class NativeBackend(Backend):
     native_ops = frozenset({"mont_mul", "mod_mul", "mod_exp", "mont_exp", "mont_multi_exp",
                             "mont_prod_groups", "mont_inverse", "paillier_encrypt", "paillier_encrypt_fixed_base",
                             "paillier_decrypt", "mod_exp_secret", "paillier_encrypt_owner",
-                            "paillier_encrypt_owner_fixed_base"})
+                            "paillier_encrypt_owner_fixed_base", "paillier_encrypt_owner_generator"})
 
     options_model = NativeOptions
     options: NativeOptions
@@ -173,6 +173,23 @@ class NativeBackend(Backend):
             return True
         self.state.get(sk, "owner_fixed_base", build)
         return priv.encrypt_owner_fixed_base(_c(m), _c(a), self.threads)
+
+    def op_paillier_encrypt_owner_generator(self, sk: PaillierPrivateMaterial, m: Limbs,
+                                            kp: np.ndarray, kq: np.ndarray) -> Limbs:
+        """Key-owner encryption from the owner's generators: combs of gp mod p² and gq mod q²
+        (built once per record, in the key's C++ object), Garner's combine and the finish, one
+        call per batch."""
+        gens = sk.require_generators()
+        priv = self._priv(sk)
+
+        def build() -> bool:
+            ps, qs = sk.psquare_ctx, sk.qsquare_ctx
+            priv.set_generators(to_limbs([gens.gp * ps.r_mod % ps.m], ps.num_limbs)[0],
+                                to_limbs([gens.gq * qs.r_mod % qs.m], qs.num_limbs)[0],
+                                gens.window, self.threads)
+            return True
+        self.state.get(sk, "owner_generators", build)
+        return priv.encrypt_owner_generator(_c(m), _c(kp), _c(kq), self.threads)
 
     def _build_owner_fixed_base(self, priv: _native.PaillierPrivate, fb: FixedBase) -> None:
         """Compute the combs of hs mod p² and hs mod q² into the key's C++ object (the costly

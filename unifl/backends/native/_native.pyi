@@ -54,7 +54,8 @@ class PaillierPublic:
 class PaillierPrivate:
     """A Paillier private key: its public object, the contexts of p² and q² and the CRT constants
     (p, q, h_p, h_q, q^-1 mod p as one-dimensional limb arrays); optionally the owner's combs of a
-    fixed base mod p² and q² (``set_fixed_base``)."""
+    fixed base mod p² and q² (``set_fixed_base``) and of the owner's generators
+    (``set_generators``)."""
 
     def __init__(self, pub: PaillierPublic, psq: Modulus, qsq: Modulus, p: npt.NDArray[np.uint64],
                  q: npt.NDArray[np.uint64], hp: npt.NDArray[np.uint64],
@@ -67,3 +68,8 @@ class PaillierPrivate:
                        threads: int, /) -> None: ...
     def encrypt_owner_fixed_base(self, m: npt.NDArray[np.uint64], a: npt.NDArray[np.uint64],
                                  threads: int, /) -> npt.NDArray[np.uint64]: ...
+    def set_generators(self, gp_mont: npt.NDArray[np.uint64], gq_mont: npt.NDArray[np.uint64],
+                       window: int, threads: int, /) -> None: ...
+    def encrypt_owner_generator(self, m: npt.NDArray[np.uint64], kp: npt.NDArray[np.uint64],
+                                kq: npt.NDArray[np.uint64], threads: int, /
+                                ) -> npt.NDArray[np.uint64]: ...

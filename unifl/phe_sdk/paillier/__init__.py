@@ -29,29 +29,37 @@ The key owner (``private_key=`` in :func:`encrypt_limbs`, ``PrivateKey.raw_encry
               :func:`paillier_encrypt_owner`);
 * explicit r  y_p = r^q mod p, y_q = r^p mod q, so the factor is r^n mod n² itself;
 * fixed base  hs^a mod p², hs^a mod q² from comb tables of the half-size moduli;
+* generators  gp^kp mod p², gq^kq mod q² from comb tables of the owner's generators of the n-th
+              residues, kp, kq uniform in [0, p − 1), [0, q − 1): exactly r^n's distribution, with
+              no short-exponent assumption, at the cost of the fixed base (keys from
+              :func:`keygen`, whose p − 1 and q − 1 have known factors; see
+              :func:`paillier_encrypt_owner_generator`);
 
 joined by Garner's formula x = x_p + p²·((x_q − x_p)·(p²)^-1 mod q²), then c = (1 + m·n)·x mod n².
 One fused op of the backend where it has one (``paillier_encrypt_owner``,
-``paillier_encrypt_owner_fixed_base``), else composed on that backend from secret-exponent ModExps
+``paillier_encrypt_owner_fixed_base``, ``paillier_encrypt_owner_generator``; the generator path is
+taken only where the backend fuses it), else composed on that backend from secret-exponent ModExps
 and MontMults.  Same ciphertexts as the public-key path for the same r or a, on every backend.
 
 Modules, one concept each (private; every public name is imported from here):
 ``_keys`` (keys, generation, checks, the raw API), ``_encryption`` (the router of every encryption
 and decryption of limb batches), ``_pool`` (obfuscators computed ahead), ``_obfuscation`` (fresh
 randomness and the paths that apply it), ``_fused`` (the fused ops of the contract, composed for
-every backend from key records: :data:`COMPOSITIONS`) and ``_comb`` (the DJN comb tables).
+every backend from key records: :data:`COMPOSITIONS`) and ``_comb`` (the comb tables of fixed bases).
 """
 
 from ._encryption import decrypt_limbs, encrypt_limbs
 from ._fused import (COMPOSITIONS, paillier_decrypt, paillier_encrypt, paillier_encrypt_fixed_base,
-                     paillier_encrypt_owner, paillier_encrypt_owner_fixed_base)
-from ._keys import (DEFAULT_KEY_BITS, FIXED_BASE_TABLE_BYTES, MAX_KEY_BITS, MIN_KEY_BITS,
-                    PrivateKey, PublicKey, keygen, require_units)
+                     paillier_encrypt_owner, paillier_encrypt_owner_fixed_base,
+                     paillier_encrypt_owner_generator)
+from ._keys import (DEFAULT_KEY_BITS, FIXED_BASE_TABLE_BYTES, GENERATOR_WINDOW, MAX_KEY_BITS,
+                    MIN_KEY_BITS, PrivateKey, PublicKey, keygen, require_units)
 from ._obfuscation import random_limbs
 from ._pool import ObfuscatorPool
 
 __all__ = ["PublicKey", "PrivateKey", "keygen", "DEFAULT_KEY_BITS", "MIN_KEY_BITS", "MAX_KEY_BITS",
-           "FIXED_BASE_TABLE_BYTES", "encrypt_limbs", "decrypt_limbs", "require_units",
-           "ObfuscatorPool", "random_limbs", "paillier_encrypt", "paillier_encrypt_fixed_base",
-           "paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base", "paillier_decrypt",
+           "FIXED_BASE_TABLE_BYTES", "GENERATOR_WINDOW", "encrypt_limbs", "decrypt_limbs",
+           "require_units", "ObfuscatorPool", "random_limbs", "paillier_encrypt", "paillier_encrypt_fixed_base",
+           "paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base",
+           "paillier_encrypt_owner_generator", "paillier_decrypt",
            "COMPOSITIONS"]

@@ -1,6 +1,7 @@
-"""The DJN fixed base's comb tables: hs^a for short random exponents a as a grouped product of
-precomputed powers hs^(d·2^(w·j)), the full-size table mod n² (public key) and the two half-size
-tables mod p², q² (key owner), each built once per key record and backend instance."""
+"""Comb tables of fixed bases: base^a as a grouped product of precomputed powers base^(d·2^(w·j)),
+built once per key record and backend instance.  The DJN fixed base hs (short random exponents): the
+full-size table mod n² (public key) and the two half-size tables mod p², q² (key owner).  The key
+owner's generators gp mod p², gq mod q² (full-length exponents, exact Paillier obfuscation)."""
 
 from __future__ import annotations
 
@@ -43,19 +44,41 @@ def owner_fixed_base_tables(be: Backend, sk: PaillierPrivateMaterial
 
 def comb_table(be: Backend, ctx: MontContext, base_mont: np.ndarray, exp_bits: int, window: int
                ) -> np.ndarray:
-    """table[j, d−1] = base^(d·2^(window·j)) (Montgomery form), j < ceil(exp_bits/window)."""
+    """table[j, d−1] = base^(d·2^(window·j)) (Montgomery form), j < ceil(exp_bits/window).
+
+    The window bases base^(2^(window·j)) take ``window`` squarings each, in sequence; then each
+    multiple d is one batched MontMult over all windows (2^window − 2 calls, not one per entry)."""
     nwin = -(-exp_bits // window)
     per = (1 << window) - 1
     table = np.empty((nwin, per, ctx.num_limbs), np.uint64)
     base: Limbs = base_mont
     for j in range(nwin):
         table[j, 0] = np.asarray(base)[0]
-        for d in range(1, per):
-            table[j, d] = np.asarray(base_op.mont_mul(be, ctx, table[j, d - 1:d], base,
-                                                      checked=False))[0]
-        for _ in range(window):
-            base = base_op.mont_mul(be, ctx, base, base, checked=False)
+        if j + 1 < nwin:
+            for _ in range(window):
+                base = base_op.mont_mul(be, ctx, base, base, checked=False)
+    bases = np.ascontiguousarray(table[:, 0])
+    for d in range(1, per):
+        table[:, d] = np.asarray(base_op.mont_mul(be, ctx, np.ascontiguousarray(table[:, d - 1]),
+                                                  bases, checked=False))
     return table
+
+
+def owner_generator_tables(be: Backend, sk: PaillierPrivateMaterial
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """The comb tables of the owner's generators gp mod p² and gq mod q² (Montgomery form of each
+    modulus), for exponents of p's and q's bit length; held by the backend instance and keyed by
+    the private record."""
+    gens = sk.require_generators()
+
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        out = []
+        for ctx, g, prime in ((sk.psquare_ctx, gens.gp, sk.p), (sk.qsquare_ctx, gens.gq, sk.q)):
+            base = base_op.to_mont(be, ctx, ctx.to_limbs([g]))
+            out.append(comb_table(be, ctx, np.asarray(base, np.uint64), prime.bit_length(),
+                                  gens.window))
+        return out[0], out[1]
+    return be.state.get(sk, "owner_generator_tables", build)
 
 
 def comb_power(be: Backend, ctx: MontContext, table: np.ndarray, window: int, a: np.ndarray

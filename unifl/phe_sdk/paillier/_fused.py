@@ -25,10 +25,11 @@ from ...core.errors import InvalidCiphertextError, OperandError
 from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.limbs import from_limbs, less_than, mod_add_limbs, mod_sub_limbs, add_limbs
 from .._util import pad_limbs
-from ._comb import comb_power, fixed_base_table, owner_fixed_base_tables
+from ._comb import comb_power, fixed_base_table, owner_fixed_base_tables, owner_generator_tables
 
 __all__ = ["paillier_encrypt", "paillier_encrypt_fixed_base", "paillier_encrypt_owner",
-           "paillier_encrypt_owner_fixed_base", "paillier_decrypt", "COMPOSITIONS"]
+           "paillier_encrypt_owner_fixed_base", "paillier_encrypt_owner_generator",
+           "paillier_decrypt", "COMPOSITIONS"]
 
 
 def _ops(be: Backend) -> OpContract:
@@ -105,6 +106,31 @@ def paillier_encrypt_owner_fixed_base(be: Backend, sk: PaillierPrivateMaterial, 
     return owner_combine(be, sk, m, halves[0], halves[1])
 
 
+def paillier_encrypt_owner_generator(be: Backend, sk: PaillierPrivateMaterial, m: Limbs,
+                                     kp: np.ndarray, kq: np.ndarray) -> Limbs:
+    """(1 + m·n)·CRT(gp^kp mod p², gq^kq mod q²)·R mod n² by the key owner, from the comb tables
+    of its generators (``sk.generators``).
+
+    Why this is an encryption under a uniform r, with no assumption of its own: mod p², r^n ranges
+    over the subgroup of p-th powers (order p − 1, cyclic) as r ranges over the units, each value
+    equally often, since gcd(n, p(p − 1)) = p when gcd(q, p − 1) = 1.  gp generates that subgroup
+    (it is a^p mod p² for a primitive root a mod p), so gp^kp for kp uniform in [0, p − 1) is
+    uniform on it, independently of the q half; the CRT then gives r^n mod n² for r uniform.
+    With p − 1 of n/2 bits, each half is about n/(2·window) MontMults mod p², against about n/2
+    squarings for y_p^p (:func:`paillier_encrypt_owner`).
+
+    Composed (no fused op): the grouped table products on the backend, then
+    :func:`owner_combine`."""
+    if be.implements("paillier_encrypt_owner_generator"):
+        return _ops(be).op_paillier_encrypt_owner_generator(sk, m, kp, kq)
+    gens = sk.require_generators()
+    halves = []
+    for ctx, table, k in zip((sk.psquare_ctx, sk.qsquare_ctx), owner_generator_tables(be, sk),
+                             (kp, kq)):
+        halves.append(base_op.from_mont(be, ctx, comb_power(be, ctx, table, gens.window, k)))
+    return owner_combine(be, sk, m, halves[0], halves[1])
+
+
 def paillier_decrypt(be: Backend, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
     """m (N, Ln) from Montgomery-form ciphertexts (N, L2) with the CRT:
     m_p = L_p(c^(p−1) mod p²)·h_p mod p (and likewise mod q), joined by Garner's formula.
@@ -141,6 +167,7 @@ COMPOSITIONS: dict[str, Composition] = {
     "paillier_encrypt_fixed_base": paillier_encrypt_fixed_base,
     "paillier_encrypt_owner": paillier_encrypt_owner,
     "paillier_encrypt_owner_fixed_base": paillier_encrypt_owner_fixed_base,
+    "paillier_encrypt_owner_generator": paillier_encrypt_owner_generator,
     "paillier_decrypt": paillier_decrypt,
 }
 

@@ -20,18 +20,20 @@ from ... import base_op, mod_op
 from ...base_op import MontContext, from_limbs, mont_context, to_limbs
 from ...core.backend import Backend
 from ...core.contract import Limbs
-from ...core.keys import FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial
+from ...core.keys import (FixedBase, PaillierPrivateMaterial, PaillierPublicMaterial,
+                          ResidueGenerators)
 from ...core.limbs import less_than
 from ...core.errors import InvalidCiphertextError, KeyMismatchError, OperandError, WeakKeyError
 from .. import exposure
 from .._util import resolve_backend
-from ..primes import check_prime_pair, random_below, random_prime
+from ..primes import (check_prime_pair, p_minus_1_factors, random_below,
+                      random_prime_with_known_order, unit_group_generator)
 from ._encryption import decrypt_limbs, encrypt_limbs
 from ._obfuscation import random_units
 from ._pool import ObfuscatorPool, existing_pool, obfuscator_pool
 
 __all__ = ["PublicKey", "PrivateKey", "keygen", "require_units", "DEFAULT_KEY_BITS",
-           "MIN_KEY_BITS", "MAX_KEY_BITS", "FIXED_BASE_TABLE_BYTES"]
+           "MIN_KEY_BITS", "MAX_KEY_BITS", "FIXED_BASE_TABLE_BYTES", "GENERATOR_WINDOW"]
 
 DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
@@ -42,6 +44,30 @@ MAX_KEY_BITS = 8192
 
 #: memory budget of the default DJN comb table (see :meth:`PublicKey.enable_fixed_base`)
 FIXED_BASE_TABLE_BYTES = 32 << 20
+
+#: comb digit width of the key owner's generator tables.  The fused op reads every entry of a
+#: window to select one (no table address depends on the secret exponent), so a read costs 2^w − 1
+#: entries: 5 bits balances that against one MontMult per window (tables of 31 entries a window:
+#: 0.4 MB a prime at 1024 bits, 1.6 MB at 2048, 6.5 MB at 4096)
+GENERATOR_WINDOW = 5
+
+
+def owner_generators(p: int, q: int) -> ResidueGenerators | None:
+    """Generators of the n-th residues mod p² and mod q² (see :class:`ResidueGenerators`), or None
+    when they cannot be proven: p − 1 or q − 1 without a known factorisation (keys made elsewhere,
+    mostly), or gcd(q, p − 1) ≠ 1 (then r^n mod p² ranges over a smaller subgroup).
+
+    gp = a^p mod p² for a primitive root a mod p: a p-th power, so in the subgroup of order p − 1,
+    and of order p − 1 itself since gp ≡ a (mod p) (Fermat)."""
+    if math.gcd(q, p - 1) != 1 or math.gcd(p, q - 1) != 1:
+        return None
+    gens = []
+    for prime in (p, q):
+        factors = p_minus_1_factors(prime)
+        if factors is None:
+            return None
+        gens.append(int(gmpy2.powmod(unit_group_generator(prime, factors), prime, prime * prime)))
+    return ResidueGenerators(gp=gens[0], gq=gens[1], window=GENERATOR_WINDOW)
 
 
 class PublicKey:
@@ -217,10 +243,12 @@ class PrivateKey:
         self.p, self.q = p, q
         self.psquare, self.qsquare = p * p, q * q
         n = self.public_key.n
+        psquare_ctx, qsquare_ctx = mont_context(self.psquare), mont_context(self.qsquare)
+        generators = owner_generators(p, q)
         # The CRT constants live in the key record (what backends read), computed once here.
         self._material = PaillierPrivateMaterial(
             public_key=self.public_key.material, p=p, q=q,
-            psquare_ctx=mont_context(self.psquare), qsquare_ctx=mont_context(self.qsquare),
+            psquare_ctx=psquare_ctx, qsquare_ctx=qsquare_ctx,
             # h_p = L_p(g^(p-1) mod p²)^-1 mod p with g = n + 1
             hp=int(gmpy2.invert((pow(n + 1, p - 1, self.psquare) - 1) // p, p)),
             hq=int(gmpy2.invert((pow(n + 1, q - 1, self.qsquare) - 1) // q, q)),
@@ -229,12 +257,14 @@ class PrivateKey:
             psquare_inverse=int(gmpy2.invert(self.psquare, self.qsquare)),
             # gcd(q, p−1) = gcd(p, q−1) = 1 (always for primes of equal size) lets the key owner
             # draw obfuscation factors with half-length exponents (see paillier_encrypt_owner)
-            half_exponent_obfuscation=math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1)
+            half_exponent_obfuscation=math.gcd(q, p - 1) == 1 and math.gcd(p, q - 1) == 1,
+            generators=generators)
         self._material_lock = threading.Lock()
         # while this key lives, no message the codec or the FATE plug-in sends may carry its
         # secrets, in any form the guard knows (unifl.phe_sdk.exposure)
         exposure.watch(self, n, p, q, extra=(self._material.hp, self._material.hq,
-                                             self._material.psquare_inverse))
+                                             self._material.psquare_inverse)
+                       + (() if generators is None else (generators.gp, generators.gq)))
 
     @property
     def material(self) -> PaillierPrivateMaterial:
@@ -276,6 +306,12 @@ class PrivateKey:
     @property
     def half_exponent_obfuscation(self) -> bool:
         return self._material.half_exponent_obfuscation
+
+    @property
+    def generators(self) -> ResidueGenerators | None:
+        """The proven generators of the n-th residues mod p² and q² (None: not provable for this
+        key), which make the key owner's obfuscation a fixed-base product (``encrypt_fresh``)."""
+        return self._material.generators
 
     def __repr__(self) -> str:  # never shows the primes
         return f"<paillier.PrivateKey for {self.public_key!r}>"
@@ -359,13 +395,17 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray") -> N
 
 
 def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
-    """A fresh key pair with n of exactly ``bits`` bits and primes of equal size (bits/2 each)."""
+    """A fresh key pair with n of exactly ``bits`` bits and primes of equal size (bits/2 each).
+
+    Each prime has p − 1 = 2·t·s with t < 2^16 and s prime
+    (:func:`~unifl.phe_sdk.primes.random_prime_with_known_order`), so the key owner can prove
+    generators of the n-th residues and obfuscate from comb tables (:class:`ResidueGenerators`)."""
     if bits < MIN_KEY_BITS or bits % 2:
         raise WeakKeyError(f"Paillier key size must be even and at least the minimum of {MIN_KEY_BITS} "
                            f"bits, got {bits}")
     while True:
-        p = random_prime(bits // 2)
-        q = random_prime(bits // 2)
+        p = random_prime_with_known_order(bits // 2)
+        q = random_prime_with_known_order(bits // 2)
         if p != q and (p * q).bit_length() == bits:
             sk = PrivateKey(p, q)
             return sk.public_key, sk

@@ -7,6 +7,9 @@ uniform in Z_n*, computed by one of (first that applies):
   y_p = r^q mod p, y_q = r^p mod q (the same x);
 * the DJN fixed base when the key has one: x = hs^a for a short random a (full-size comb, or the
   key owner's half-size combs mod p², q²);
+* the key owner with proven generators, on a backend with the fused op: x = CRT(gp^kp mod p²,
+  gq^kq mod q²) for kp, kq uniform in [0, p − 1), [0, q − 1), from comb tables (exactly r^n's
+  distribution, see ``paillier_encrypt_owner_generator``);
 * the key owner: x = CRT(y_p^p mod p², y_q^q mod q²) for y_p, y_q uniform in [1, p), [1, q);
 * anyone: x = r^n mod n².
 
@@ -25,12 +28,13 @@ from ...core.backend import Backend
 from ...core.contract import Limbs
 from ...core.errors import InvalidKeyError
 from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
-from ...core.limbs import less_than, limb_count, to_limbs
+from ...core.limbs import less_than, limb_count, sub_limbs, to_limbs
 from ..primes import random_below
 from ._fused import (owner_obfuscation_bases, paillier_encrypt, paillier_encrypt_fixed_base,
-                     paillier_encrypt_owner, paillier_encrypt_owner_fixed_base)
+                     paillier_encrypt_owner, paillier_encrypt_owner_fixed_base,
+                     paillier_encrypt_owner_generator)
 
-__all__ = ["random_limbs", "random_units", "encrypt_fresh"]
+__all__ = ["random_limbs", "random_units", "random_exponents_below", "encrypt_fresh"]
 
 
 def random_limbs(count: int, bits: int, below: int | None = None) -> np.ndarray:
@@ -55,6 +59,17 @@ def random_limbs(count: int, bits: int, below: int | None = None) -> np.ndarray:
         out[filled:filled + len(got)] = got
         filled += len(got)
     return out
+
+
+def random_exponents_below(count: int, bound: int) -> np.ndarray:
+    """``count`` integers uniform in [0, ``bound``) (``bound`` ≥ 2) as (count, limbs of bound − 1)
+    limbs: uniform in [1, bound] from :func:`random_limbs` (CSPRNG), minus one.  A generator's
+    exponents: kp uniform in [0, p − 1) makes gp^kp uniform on the group of order p − 1."""
+    x = random_limbs(count, (bound + 1).bit_length(), bound + 1)
+    one = np.zeros((1, x.shape[1]), np.uint64)
+    one[0, 0] = 1
+    x, _ = sub_limbs(x, one)
+    return x
 
 
 def random_units(pk: PaillierPublicMaterial, count: int) -> np.ndarray:
@@ -84,6 +99,11 @@ def encrypt_fresh(be: Backend, pk: PaillierPublicMaterial, m: Limbs, r: Limbs | 
         if owner is not None and owner.public_key is pk:
             return paillier_encrypt_owner_fixed_base(be, owner, m, a)
         return paillier_encrypt_fixed_base(be, pk, m, a)
+    if owner is not None and r is None and owner.generators is not None \
+            and be.implements("paillier_encrypt_owner_generator"):
+        kp = random_exponents_below(count, owner.p - 1)
+        kq = random_exponents_below(count, owner.q - 1)
+        return paillier_encrypt_owner_generator(be, owner, m, kp, kq)
     if owner is not None:
         yp: Limbs
         yq: Limbs

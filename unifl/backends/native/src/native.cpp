@@ -867,6 +867,60 @@ void comb_pow(const Modulus &M, const CombTable &t, const Exponent &ex, BIGNUM *
     }
 }
 
+// x86-64: compiled twice (AVX2 and baseline), the loader picks one; elsewhere once.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define UNIFL_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define UNIFL_SIMD_CLONES
+#endif
+
+// sel = entry (j, d) of t, or one when d = 0, by a masked read of every entry of window j: no
+// branch and no address depends on d.  Never throws (a clone's exceptions would not unwind).
+UNIFL_SIMD_CLONES void comb_select(const CombTable &t, int j, u64 d, u64 *__restrict sel,
+                                   const u64 *__restrict one) {
+    const int L = t.limbs;
+    const size_t per = (size_t(1) << t.w) - 1;
+    const u64 m0 = ((d | (0 - d)) >> 63) - 1;  // all ones when d = 0, else zero
+    for (int l = 0; l < L; ++l) sel[l] = one[l] & m0;
+    const u64 *row = t.entry(j, 1);
+    for (size_t k = 1; k <= per; ++k, row += L) {
+        const u64 diff = d ^ u64(k);
+        const u64 m = ((diff | (0 - diff)) >> 63) - 1;
+        const u64 *__restrict in = row;
+        for (int l = 0; l < L; ++l) sel[l] |= in[l] & m;
+    }
+}
+
+// acc = base^a (Montgomery form) on a fixed schedule, for a secret exponent a: one MontMult per
+// window whatever the digit (a zero digit multiplies by R mod m, the Montgomery one), each
+// window's entry read by comb_select, so no branch and no table address depends on a.  sel
+// (t.limbs) and one (R mod m, t.limbs) are the caller's.  The multiplications are
+// BN_mod_mul_montgomery, which trims zero top limbs: a value whose top limb is zero is handled a
+// little faster (not the strict constant time of BN_mod_exp_mont_consttime, which works on
+// fixed-width arrays below the BIGNUM interface).
+void comb_pow_fixed(const Modulus &M, const CombTable &t, const Exponent &ex, BIGNUM *acc,
+                    BIGNUM *tmp, u64 *sel, const u64 *one, BN_CTX *ctx) {
+    const int L = t.limbs;
+    // an exponent longer than the table covers is refused; the test ORs the excess bits, so its
+    // time does not depend on where the exponent's top bit is
+    const int covered = t.nwin * t.w;
+    u64 excess = 0;
+    for (int i = covered / 64; i < ex.len; ++i) {
+        const int lo = 64 * i >= covered ? 0 : covered - 64 * i;
+        excess |= lo >= 64 ? 0 : ex.e[i] >> lo;
+    }
+    if (excess) throw std::invalid_argument("fixed-base exponent too long");
+    for (int j = 0; j < t.nwin; ++j) {
+        comb_select(t, j, ex.digit(j * t.w, t.w), sel, one);
+        if (j == 0) {
+            load(acc, sel, L);
+        } else {
+            load(tmp, sel, L);
+            M.mul(acc, acc, tmp, ctx);
+        }
+    }
+}
+
 void check_comb_args(const char *fn, int exp_bits, int window, int limbs) {
     if (window < 1 || window > 16)
         throw std::invalid_argument(std::string(fn) + ": window must be in [1, 16], got " +
@@ -1011,6 +1065,7 @@ struct PaillierPrivate {
     Bn r3;           // R³ mod n²: MontMult(g·x·R^-1, R³) = g·x·R, the Montgomery form of g·x
     mutable std::mutex fb_mu;
     std::shared_ptr<const CombTable> fbp, fbq;  // combs of hs mod p² and hs mod q² (set_fixed_base)
+    std::shared_ptr<const CombTable> gtp, gtq;  // combs of gp mod p² and gq mod q² (set_generators)
 
     PaillierPrivate(std::shared_ptr<PaillierPublic> pub_, std::shared_ptr<Modulus> psq_,
                     std::shared_ptr<Modulus> qsq_, py::array p_, py::array q_, py::array hp_,
@@ -1241,6 +1296,82 @@ struct PaillierPrivate {
         }
         return out;
     }
+
+    // The owner's generators of the n-th residues (gp̄ = gp·R mod p², gq̄ likewise): combs for
+    // exponents of p's and q's bit length.  Whether gp, gq really generate is the SDK's to prove
+    // (unifl.phe_sdk.paillier); any base gives the defined result CRT(gp^kp, gq^kq).
+    void set_generators(py::array gp_arr, py::array gq_arr, int window, int threads) {
+        const char *fn = "PaillierPrivate.set_generators";
+        threads_arg(threads, fn);
+        Limbs gp_mont = limbs_arg(gp_arr, fn, "gp_mont", {psq->limbs});
+        Limbs gq_mont = limbs_arg(gq_arr, fn, "gq_mont", {qsq->limbs});
+        const int pbits = BN_num_bits(p), qbits = BN_num_bits(q);
+        check_comb_args(fn, pbits, window, psq->limbs);
+        check_comb_args(fn, qbits, window, qsq->limbs);
+        std::shared_ptr<const CombTable> tp, tq;
+        {
+            py::gil_scoped_release nogil;
+            Bn base;
+            load(base, gp_mont.data(), psq->limbs);
+            if (BN_ucmp(base, psq->m) >= 0)
+                throw std::invalid_argument(std::string(fn) + ": gp_mont is not below p²");
+            tp = comb_build(*psq, base, pbits, window, threads);
+            load(base, gq_mont.data(), qsq->limbs);
+            if (BN_ucmp(base, qsq->m) >= 0)
+                throw std::invalid_argument(std::string(fn) + ": gq_mont is not below q²");
+            tq = comb_build(*qsq, base, qbits, window, threads);
+        }
+        std::lock_guard<std::mutex> g(fb_mu);
+        gtp = std::move(tp);
+        gtq = std::move(tq);
+    }
+
+    // c̄ = (1 + m·n)·CRT(gp^kp mod p², gq^kq mod q²)·R mod n², one call per batch: two comb
+    // products of half size per element on the fixed schedule of comb_pow_fixed (the exponents
+    // are the encryption's randomness), then combine_finish.  An exponent longer than p (q) is
+    // refused.
+    Limbs encrypt_owner_generator(py::array m_, py::array kp_, py::array kq_, int threads) {
+        const char *fn = "PaillierPrivate.encrypt_owner_generator";
+        threads_arg(threads, fn);
+        std::shared_ptr<const CombTable> tp, tq;
+        {
+            std::lock_guard<std::mutex> g(fb_mu);
+            tp = gtp;
+            tq = gtq;
+        }
+        if (!tp || !tq)
+            throw std::logic_error(std::string(fn) + ": the generator tables are not set");
+        const int L2 = pub->nsq->limbs;
+        Limbs m = limbs_arg(m_, fn, "m", {kAny, n_limbs});
+        const py::ssize_t N = m.shape(0);
+        Limbs kp = limbs_arg(kp_, fn, "kp", {N, p_limbs});
+        Limbs kq = limbs_arg(kq_, fn, "kq", {N, q_limbs});
+        Limbs out = new_out(N, L2);
+        const u64 *pm = m.data(), *pkp = kp.data(), *pkq = kq.data();
+        u64 *po = out.mutable_data();
+        {
+            py::gil_scoped_release nogil;
+            parallel_for(size_t(N), threads, 8, [&](size_t s, size_t e) {
+                Ctx ctx;
+                Bn xp, xq, t, x, g;
+                const int Lp = psq->limbs, Lq = qsq->limbs;
+                std::vector<u64> sel(static_cast<size_t>(std::max(Lp, Lq)));
+                std::vector<u64> one_p(static_cast<size_t>(Lp)), one_q(static_cast<size_t>(Lq));
+                store(psq->one_mont, one_p.data(), Lp);
+                store(qsq->one_mont, one_q.data(), Lq);
+                for (size_t i = s; i < e; ++i) {
+                    comb_pow_fixed(*psq, *tp, Exponent{pkp + i * p_limbs, p_limbs}, xp, t,
+                                   sel.data(), one_p.data(), ctx);
+                    ok(BN_from_montgomery(xp, xp, psq->mont, ctx), "from_montgomery");
+                    comb_pow_fixed(*qsq, *tq, Exponent{pkq + i * q_limbs, q_limbs}, xq, t,
+                                   sel.data(), one_q.data(), ctx);
+                    ok(BN_from_montgomery(xq, xq, qsq->mont, ctx), "from_montgomery");
+                    combine_finish(po + i * L2, pm + i * n_limbs, xp, xq, ctx, t, x, g);
+                }
+            });
+        }
+        return out;
+    }
 };
 
 }  // namespace
@@ -1276,5 +1407,7 @@ PYBIND11_MODULE(_native, mod) {
         .def("decrypt", &PaillierPrivate::decrypt)
         .def("encrypt_owner", &PaillierPrivate::encrypt_owner)
         .def("set_fixed_base", &PaillierPrivate::set_fixed_base)
-        .def("encrypt_owner_fixed_base", &PaillierPrivate::encrypt_owner_fixed_base);
+        .def("encrypt_owner_fixed_base", &PaillierPrivate::encrypt_owner_fixed_base)
+        .def("set_generators", &PaillierPrivate::set_generators)
+        .def("encrypt_owner_generator", &PaillierPrivate::encrypt_owner_generator);
 }
