@@ -12,7 +12,11 @@ Montgomery form the SDK keeps):
 * ``owner composed``       the key owner's CRT encryption composed from the lower layers on native
                            (two secret-exponent ModExps, the combine on the host): the path before
                            the fused op existed, and what a backend without the op still runs;
-* ``owner fused``          ``paillier_encrypt_owner`` on native: one call per batch;
+* ``owner fused``          ``paillier_encrypt_owner`` on native (y^p mod p², constant-time
+                           ModExps): one call per batch;
+* ``owner generators``     ``paillier_encrypt_owner_generator`` on native: the owner's proven
+                           generators from fixed-schedule comb tables (what keys from ``keygen``
+                           take on native);
 * ``DJN public comb``      the DJN fixed base from the full-size comb table (mod n²), native;
 * ``DJN owner CRT comb``   ``paillier_encrypt_owner_fixed_base``: combs mod p² and mod q², native;
 * the two DJN rows again with native on 1 thread (``--one-thread``, default on), for a per-core
@@ -45,7 +49,15 @@ import unifl
 from unifl.backends.native import NativeBackend
 from unifl.phe_sdk import paillier as P
 
-OWNER_OPS = {"paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base"}
+GENERATOR_OP = "paillier_encrypt_owner_generator"
+OWNER_OPS = {"paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base", GENERATOR_OP}
+
+
+class NativeYp(NativeBackend):
+    """native without the generator op: the key owner's fused y^p path."""
+
+    name = "native-yp"
+    native_ops = NativeBackend.native_ops - {GENERATOR_OP}
 
 
 class NativeComposed(NativeBackend):
@@ -96,7 +108,7 @@ def _rows(bits: int, args) -> dict[str, tuple[Callable[[], None], int]]:
     pk, sk = unifl.keygen(bits)
     fresh = P.PrivateKey(sk.p, sk.q)             # a key object of its own for the DJN rows
     fpk = fresh.public_key
-    native, composed = _native(), _native(NativeComposed)
+    native, composed, yp = _native(), _native(NativeComposed), _native(NativeYp)
     fpk.enable_fixed_base(backend=native)
     one = _native(threads=1)
     big = args.n or (2000 if bits <= 1024 else 400)
@@ -114,7 +126,8 @@ def _rows(bits: int, args) -> dict[str, tuple[Callable[[], None], int]]:
         "phe": (lambda: [ppk.raw_encrypt(x) for x in phe_ms], len(phe_ms)),
         "public r^n (native)": (enc(native, pk, m_small), small),
         "owner composed (native)": (enc(composed, pk, m_small, sk), small),
-        "owner fused (native)": (enc(native, pk, m_big, sk), big),
+        "owner fused (native)": (enc(yp, pk, m_big, sk), big),
+        "owner generators (native)": (enc(native, pk, m_big, sk), big),
         "DJN public comb (native)": (enc(native, fpk, fm), len(fm)),
         "DJN owner CRT comb (native)": (enc(native, fpk, fm, fresh), len(fm)),
     }
@@ -181,6 +194,9 @@ def _traffic(bits: int) -> dict[str, dict[str, int]]:
 
 
 RATIOS = [
+    ("owner generators (native)", "owner fused (native)"),
+    ("owner generators (native)", "phe"),
+    ("owner generators (native)", "DJN owner CRT comb (native)"),
     ("owner fused (native)", "owner composed (native)"),
     ("owner fused (native)", "phe"),
     ("owner fused (native)", "public r^n (native)"),
