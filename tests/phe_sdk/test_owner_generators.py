@@ -16,6 +16,8 @@ import secrets
 import gmpy2
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import unifl
 from unifl import base_op
@@ -172,6 +174,30 @@ def test_same_ciphertexts_on_every_backend_and_equal_to_python_ints(be, kind):
     got = _plain(pk, c)
     assert got == _reference(sk, sk.generators, ms, kps, kqs)
     assert sk.raw_decrypt(got, backend="native") == ms
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_fused_and_composed_agree_with_python_ints_for_any_exponents(data):
+    """Property: for any m < n and any exponents of the primes' bit lengths (not only those below
+    p − 1), native's fused op and the composition on cpu give CRT(gp^kp, gq^kq)·(1 + m·n)."""
+    sk = _key("unbalanced")
+    pk, mat = sk.public_key, sk.material
+    rows = data.draw(st.integers(1, 4))
+    ms = data.draw(st.lists(st.integers(0, pk.n - 1), min_size=rows, max_size=rows))
+    kps = data.draw(st.lists(st.integers(0, (1 << sk.p.bit_length()) - 1), min_size=rows,
+                             max_size=rows))
+    kqs = data.draw(st.lists(st.integers(0, (1 << sk.q.bit_length()) - 1), min_size=rows,
+                             max_size=rows))
+    args = (pk.plaintext_limbs(ms), to_limbs(kps, mat.p_limbs), to_limbs(kqs, mat.q_limbs))
+    want = _reference(sk, sk.generators, ms, kps, kqs)
+    assert _plain(pk, P.paillier_encrypt_owner_generator(_native_be(), mat, *args)) == want
+    assert _plain(pk, P.paillier_encrypt_owner_generator(unifl.backend("cpu"), mat, *args)) == want
+
+
+@functools.lru_cache(maxsize=None)
+def _native_be():
+    return _make("native")
 
 
 def test_an_exponent_longer_than_the_prime_is_refused(be):
