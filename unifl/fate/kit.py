@@ -409,6 +409,14 @@ class SK:
     def __init__(self, p: int, q: int) -> None:
         self.key = paillier.PrivateKey(p, q)
 
+    @classmethod
+    def of(cls, key: paillier.PrivateKey) -> SK:
+        """The kit's private key around an SDK key already made (no second key object: each
+        makes its CRT constants and proves its generators)."""
+        sk = cls.__new__(cls)
+        sk.key = key
+        return sk
+
     def __reduce__(self) -> tuple[type[SK], tuple[int, int]]:
         # for FATE's computing engine inside this party (tasks of one job); never accepted from
         # another party (not on the federation allow-list) nor sent to one (register.py)
@@ -435,8 +443,7 @@ class SK:
 def keygen(key_size: int) -> Tuple[SK, PK, "Coder"]:
     """A fresh key pair (CSPRNG primes of key_size/2 bits each) and a coder."""
     pk, sk = paillier.keygen(int(key_size))
-    secret = SK(sk.p, sk.q)
-    return secret, PK(pk.n, owner=secret.key), Coder()
+    return SK.of(sk), PK(pk.n, owner=sk), Coder()
 
 
 # ---------------------------------------------------------------------------------- coder
