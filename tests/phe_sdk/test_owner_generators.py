@@ -245,6 +245,33 @@ def test_fresh_owner_encryption_on_native_is_one_generator_call_and_decrypts(mon
     assert len(set(plain[:3])) == 3                       # fresh randomness per element
 
 
+def test_a_dispatcher_takes_the_route_only_where_its_accelerator_fuses_it(monkeypatch):
+    """A party's dispatcher (accelerator + CPU backend): when the accelerator can only compose the
+    generators' route (the gpu backend today; here native without the fused op) the SDK's fresh
+    encryptions take y^p, which the accelerator runs natively, even though the CPU member fuses
+    the route; when the accelerator fuses it, they take the route."""
+    from unifl.scheduler.dispatch import DispatchBackend, DispatchPolicy
+    pk, sk = paillier_keypair(1024)
+    policy = DispatchPolicy(mode="pinned", pin={"default": "accelerator"}, cache=False)
+    composing = DispatchBackend(_make("native-composed"), _make("native"), policy)
+    fusing = DispatchBackend(_make("native"), _make("native-composed"), policy)
+    assert not composing.implements(GEN_OP) and fusing.implements(GEN_OP)
+    calls: list[str] = []
+    for op in ("op_paillier_encrypt_owner", "op_" + GEN_OP):
+        real = getattr(NativeBackend, op)
+
+        def spy(self, *args, _real=real, _op=op):
+            calls.append(_op)
+            return _real(self, *args)
+        monkeypatch.setattr(NativeBackend, op, spy)
+    ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(13)]
+    for be, want in ((composing, "op_paillier_encrypt_owner"), (fusing, "op_" + GEN_OP)):
+        calls.clear()
+        c = P.encrypt_limbs(be, pk, pk.plaintext_limbs(ms), use_pool=False, private_key=sk)
+        assert calls == [want]
+        assert from_limbs(P.decrypt_limbs(unifl.backend("cpu"), sk, c)) == ms
+
+
 def _classes_seen(sk, obfuscators: list[int], ell: int) -> int:
     """How many of the ℓ classes of x ↦ x^((p−1)/ℓ) mod p the obfuscators fall in."""
     p = sk.p

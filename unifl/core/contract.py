@@ -129,6 +129,13 @@ SIGNATURES: dict[str, inspect.Signature] = {
 #: every op name of the contract
 OPS: tuple[str, ...] = tuple(SIGNATURES)
 
+#: the ops that are a faster *route* to a result other ops already give (the key owner's
+#: generators in place of y^p): the layers take one only where the backend runs it natively, since
+#: its composition costs more than the route it replaces.  A backend that combines others (the
+#: scheduler's size-aware dispatcher) offers one only where the member that takes the bulk of the
+#: work runs it natively.
+ROUTE_OPS: frozenset[str] = frozenset({"paillier_encrypt_owner_generator"})
+
 #: the ops whose arguments are secrets of a key owner: a private key record (p, q and the CRT
 #: constants, every op with a :class:`~unifl.core.keys.PaillierPrivateMaterial` parameter) or a
 #: secret exponent, whose modulus may be secret too (``mod_exp_secret`` with p − 1 modulo p²,

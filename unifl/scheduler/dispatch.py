@@ -8,10 +8,17 @@ pairs for a multi-exponentiation), one line per (op, limb count of the modulus, 
 class) -- :class:`CostModel`.  For a call of u units the dispatcher predicts t_acc(u) and t_cpu(u)
 and runs it
 
-* on the accelerator when (1 + margin)·t_acc(u) <= t_cpu(u);
+* on the accelerator when (1 + margin)·t_acc(u) <= t_cpu(u) and t_cpu(u) − t_acc(u) >= min_gain;
 * split between both (rows cut so that both finish together, the multi-device machinery of
-  :mod:`unifl.scheduler.multi`) when that is predicted faster than either alone, by the margin;
+  :mod:`unifl.scheduler.multi`) when that is predicted faster than either alone, by the margin
+  and by min_gain;
 * on the CPU backend otherwise.
+
+The absolute floor (``min_gain``, default 1 ms) keeps sub-millisecond calls off the accelerator:
+there a launch's jitter, a card shared with the other party or the party's own background work,
+and a split's second thread cost more than the model's gain (on an H200 with both parties on one
+card, most calls counted slower than the CPU were MontMults predicted at a tenth of a
+millisecond, and splits predicted to win by under one).
 
 **No call on the accelerator is slower than the CPU alone would have been -- up to model error.**
 How that holds: a line is fitted through the first and the last of a geometric series of measured
@@ -58,6 +65,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from ..core.backend import OPS, Backend
+from ..core.contract import ROUTE_OPS
 from ..core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ..core.limbs import DeviceBatch
 from ..core.montgomery import MontContext
@@ -172,6 +180,8 @@ class DispatchPolicy:
 
     mode: Literal["auto", "calibrated", "pinned"] = "calibrated"
     margin: float = 0.2
+    #: and by at least this many seconds
+    min_gain_s: float = 0.001
     split: bool = True
     pin: dict[str, Route] = field(default_factory=dict)
     cache: bool = True
@@ -380,9 +390,14 @@ class DispatchBackend(MultiDeviceBackend):
         super().__init__([accelerator, cpu], ThreadExecutor(2), min_rows=1, failover="members")
         self.policy = policy
         # an op is native here when either side has it: each side runs it natively or composes
-        # it there (run_op), so the whole op is priced and placed, not its pieces
+        # it there (run_op), so the whole op is priced and placed, not its pieces.  A route op
+        # only where the accelerator has it: the layers take the route instead of ops the
+        # accelerator runs natively, so a route it can only compose would hand the party's bulk
+        # work to its CPU (on an H200, a 2048-bit key owner's encryptions of a two-party job: the
+        # generators' route 4.7 s, split with the CPU, where the GPU's y^p kernels need tenths)
         self.native_ops = frozenset(  # type: ignore[misc]
-            op for op in OPS if accelerator.implements(op) or cpu.implements(op))
+            op for op in OPS if accelerator.implements(op)
+            or (cpu.implements(op) and op not in ROUTE_OPS))
         self.models = models or (CostModel(accelerator.describe()), CostModel(cpu.describe()))
         self._tls = threading.local()
         self._stats: dict[tuple[str, str, str], _RouteStats] = {}
@@ -485,9 +500,9 @@ class DispatchBackend(MultiDeviceBackend):
         t_acc = acc_model.predict(key, units)
         t_cpu = cpu_model.predict(key, units)
         assert t_acc is not None and t_cpu is not None
-        margin = 1.0 + self.policy.margin
+        margin, gain = 1.0 + self.policy.margin, self.policy.min_gain_s
         best: Decision
-        if t_acc * margin <= t_cpu:
+        if t_acc * margin <= t_cpu and t_cpu - t_acc >= gain:
             best = Decision("accelerator", "above the crossover", t_acc, t_cpu, t_acc)
         else:
             best = Decision("cpu", "below the crossover", t_cpu, t_cpu, t_acc)
@@ -497,7 +512,8 @@ class DispatchBackend(MultiDeviceBackend):
             f = split_fraction(a, c, units)
             if f is not None:
                 t_split = a.predict(f * units)
-                if t_split * margin <= min(t_acc, t_cpu):
+                alone = min(t_acc, t_cpu)
+                if t_split * margin <= alone and alone - t_split >= gain:
                     best = Decision("split", "both together", t_split, t_cpu, t_acc, f)
         return best
 
