@@ -243,6 +243,33 @@ def test_cache_never_follows_links_nor_trusts_a_shared_folder(private_cache, tmp
     assert cache.read_json("x.json") == {} and not cache.write_json("x.json", {"a": 3})
 
 
+def test_a_gain_under_the_floor_stays_on_the_cpu():
+    """Twice as fast by the model but by 0.2 ms: the CPU (a launch's jitter or a shared card eats
+    that much); the same ratio at 10 ms, or a floor of zero: the accelerator.  A split that would
+    win by less than the floor is not made either."""
+    from unifl import base_op
+    m = random_odd_modulus(1024)
+    ctx = base_op.mont_context(m)
+    key = ("mont_mul", ctx.num_limbs, 0)
+
+    def decide(rows: int, floor: float, split: bool = False):
+        models = (CostModel("acc", {key: CostLine(0.0, 1e-6, 1e6)}),      # 1 µs a row
+                  CostModel("cpu", {key: CostLine(0.0, 2e-6, 1e6)}))      # 2 µs a row
+        policy = DispatchPolicy(mode="calibrated", split=split, cache=False, min_gain_s=floor)
+        be = DispatchBackend(CountingBackend(_SlowToStart(), device="test card"),
+                             CountingBackend(_SteadyCpu(), device="test cpu"), policy, models)
+        x = ctx.to_limbs([i % m for i in range(rows)])
+        return be.decide("mont_mul", (ctx, x, x))
+
+    assert decide(200, 0.001).route == "cpu"
+    assert decide(10_000, 0.001).route == "accelerator"
+    assert decide(200, 0.0).route == "accelerator"
+    # together 2/3 µs a row: at 3,300 rows a split wins 1.1 ms over the accelerator alone, at
+    # 1,500 half a millisecond
+    assert decide(3_300, 0.001, split=True).route == "split"
+    assert decide(1_500, 0.001, split=True).route == "accelerator"
+
+
 def test_cost_model_lines_and_corrections():
     line = CostLine.through([(1.0, 0.05), (256.0, 0.178)])
     assert line.latency == pytest.approx(0.0495, rel=1e-3) and line.measured_units == 256

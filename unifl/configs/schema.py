@@ -100,13 +100,16 @@ class DispatchSection(Section):
     and cached), ``calibrated`` (models from the calibration cache, measured where missing) or
     ``pinned`` (each op where ``pin`` says).  ``cpu``: the CPU backend (null: native if it is
     built, else cpu).  ``margin``: how much faster a route must be predicted to be taken over the
-    CPU (0.2: 20 %).  ``split``: allow a call to be cut between both.  ``pin``: op name (or
+    CPU (0.2: 20 %).  ``min_gain_ms``: and by at least this many milliseconds (below one, a
+    launch's jitter and a card shared with other work outweigh the gain).  ``split``: allow a call
+    to be cut between both.  ``pin``: op name (or
     ``default``) -> ``accelerator`` | ``cpu``, for ``mode: pinned`` only.  ``cache``: read and
     write the calibration cache.  ``calibration_budget_s``: the most one line's measurement may
     take on one backend."""
     mode: Literal["off", "auto", "calibrated", "pinned"] = "off"
     cpu: Optional[str] = setting(None, check=_dispatch_cpu)
     margin: float = setting(0.2, ge=0, le=10)
+    min_gain_ms: float = setting(1.0, ge=0, le=10_000)
     split: bool = True
     pin: dict[str, Literal["accelerator", "cpu"]] = setting(factory=dict, check=_dispatch_pin)
     cache: bool = True

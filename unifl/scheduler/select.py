@@ -161,7 +161,8 @@ def with_dispatch(cfg: PartyConfig, accelerator: CountingBackend | MultiDeviceBa
         raise ValueError("with_dispatch: dispatch.mode is off")
     cpu_name = d.cpu or next(n for n in (*registry.DEFAULT_CHAIN, "cpu")
                              if registry.probe(n).available)
-    note: dict[str, Any] = {"mode": d.mode, "cpu": cpu_name, "margin": d.margin, "split": d.split}
+    note: dict[str, Any] = {"mode": d.mode, "cpu": cpu_name, "margin": d.margin,
+                            "min_gain_ms": d.min_gain_ms, "split": d.split}
     if name == cpu_name:
         return accelerator, {**note, "active": False,
                              "why": f"the party's backend {name!r} is its CPU backend"}
@@ -172,7 +173,8 @@ def with_dispatch(cfg: PartyConfig, accelerator: CountingBackend | MultiDeviceBa
         log.warning("dispatch off: the CPU backend %r cannot start: %s", cpu_name, exc)
         return accelerator, {**note, "active": False, "why": f"{cpu_name}: {exc}"}
     cpu = CountingBackend(inst, device=", ".join(inst.devices) or cpu_name)
-    policy = DispatchPolicy(mode=mode, margin=d.margin, split=d.split, pin=dict(d.pin),
+    policy = DispatchPolicy(mode=mode, margin=d.margin, min_gain_s=d.min_gain_ms / 1000,
+                            split=d.split, pin=dict(d.pin),
                             cache=d.cache, budget_s=d.calibration_budget_s)
     models = None
     if d.mode == "calibrated" and d.cache:
