@@ -270,6 +270,29 @@ def test_a_gain_under_the_floor_stays_on_the_cpu():
     assert decide(1_500, 0.001, split=True).route == "accelerator"
 
 
+def test_splits_that_cost_more_than_predicted_stop_being_made(monkeypatch):
+    """The pieces of a split run as their members' models say, but joining them costs 80 ms more:
+    the split's own correction grows until the accelerator alone is predicted faster, and calls
+    go there, each still exact."""
+    from unifl.scheduler import multi
+    be = _dispatcher(split=True)
+    m = random_odd_modulus(1024)
+    _mont_mul(be, 4, m)
+    real = multi.SPLITS["mont_mul"]
+
+    class CostlyJoin:
+        def run(self, disp, op, args):
+            out = real.run(disp, op, args)
+            time.sleep(0.08)
+            return out
+    monkeypatch.setitem(multi.SPLITS, "mont_mul", CostlyJoin())
+    for _ in range(8):
+        _mont_mul(be, 400, m)                   # acc 0.25 s, cpu 0.4 s, together ~0.17 s + 0.08 s
+    rows = {r["route"]: r for r in be.dispatch_report() if r["op"] == "mont_mul"}
+    assert rows["split"]["calls"] >= 1 and rows["accelerator"]["calls"] >= 1
+    assert rows["split"]["calls"] + rows["accelerator"]["calls"] == 8
+
+
 def test_cost_model_lines_and_corrections():
     line = CostLine.through([(1.0, 0.05), (256.0, 0.178)])
     assert line.latency == pytest.approx(0.0495, rel=1e-3) and line.measured_units == 256

@@ -27,8 +27,8 @@ accelerator's time is flat (latency-bound) then linear in the batch, a convex cu
 lies *above* it: between the measured sizes the model never under-predicts the accelerator, and
 the CPU's time is linear.  The accelerator is picked only when predicted faster by the margin
 (default 20 %).  Every call is measured afterwards: the model of the backend that ran it is
-corrected online (an exponentially weighted ratio of measured to predicted time, per line), and a
-call on the accelerator that took longer than the CPU's prediction is counted in the report
+corrected online (an exponentially weighted ratio of measured to predicted time, per line; a
+split's whole time corrects that line's splits too), and a call on the accelerator that took longer than the CPU's prediction is counted in the report
 (``slower_than_cpu``), so a violation is visible, never silent.  Outside the measured range
 (beyond the largest calibration size) the lines extrapolate; there the accelerator is the faster
 by construction of the measurement's stop rule.
@@ -205,6 +205,8 @@ class Decision:
     cpu_predicted: float | None = None
     acc_predicted: float | None = None
     fraction: float = 1.0
+    #: a split's correction factor applied in ``predicted`` (see DispatchBackend._observe_split)
+    overhead: float = 1.0
 
     @property
     def reason(self) -> str:
@@ -402,6 +404,8 @@ class DispatchBackend(MultiDeviceBackend):
         self._tls = threading.local()
         self._stats: dict[tuple[str, str, str], _RouteStats] = {}
         self._stats_lock = threading.Lock()
+        #: per line, the measured/predicted time of its splits (see _observe_split)
+        self._split_correction: dict[LineKey, float] = {}
         self._calibrating: dict[LineKey, threading.Lock] = {}
         self._cal_lock = threading.Lock()
         #: where the lines came from, for the selection record
@@ -511,10 +515,11 @@ class DispatchBackend(MultiDeviceBackend):
             assert a is not None and c is not None
             f = split_fraction(a, c, units)
             if f is not None:
-                t_split = a.predict(f * units)
+                k = self._split_correction.get(key, 1.0)
+                t_split = a.predict(f * units) * k
                 alone = min(t_acc, t_cpu)
                 if t_split * margin <= alone and alone - t_split >= gain:
-                    best = Decision("split", "both together", t_split, t_cpu, t_acc, f)
+                    best = Decision("split", "both together", t_split, t_cpu, t_acc, f, k)
         return best
 
     # ---- running
@@ -560,8 +565,24 @@ class DispatchBackend(MultiDeviceBackend):
         else:
             i = 0 if d.route == "accelerator" else 1
             out = self._settle(op, [self._call_member(i, op, args)])[0]
-        self._record(op, args, d, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        if d.route == "split":
+            self._observe_split(line_key(op, args), d, seconds)
+        self._record(op, args, d, seconds)
         return out
+
+    def _observe_split(self, key: LineKey, d: Decision, seconds: float) -> None:
+        """Correct the splits of this line as the members' lines are corrected (CostModel): by the
+        exponentially weighted ratio of measured to predicted time.  Each piece also corrects its
+        member's line, but a split costs more than its slower piece -- a second thread, the
+        pieces joined, both sides' host work sharing the CPU -- and on an H200 splits ran 2-3x
+        their prediction; once corrected, a split that no longer wins by the margin is not made."""
+        if not d.predicted:
+            return
+        ratio = min(8.0, max(0.125, seconds / (d.predicted / d.overhead)))
+        with self._stats_lock:
+            old = self._split_correction.get(key, 1.0)
+            self._split_correction[key] = (1 - CostModel.ALPHA) * old + CostModel.ALPHA * ratio
 
     def _record(self, op: str, args: tuple, d: Decision, seconds: float) -> None:
         with self._stats_lock:
