@@ -82,8 +82,11 @@ def encode(values: npt.ArrayLike, scale_bits: int, max_int: int) -> Encoded:
     scale_bits = check_scale(scale_bits)
     arr = np.asarray(values)
     flat = arr.reshape(-1)
+    bound: int | None = None                  # max |v|, where NumPy can give it exactly
     if arr.dtype.kind in "iub":
         ints = [int(v) << scale_bits for v in flat.tolist()]
+        # the extremes as Python ints: |INT64_MIN| does not fit an int64
+        bound = max(int(flat.max()), -int(flat.min()), 0) << scale_bits if flat.size else 0
     elif arr.dtype.kind == "f":
         if not np.isfinite(flat).all():
             raise OperandError("cannot encode NaN or infinity")
@@ -93,7 +96,10 @@ def encode(values: npt.ArrayLike, scale_bits: int, max_int: int) -> Encoded:
         with np.errstate(over="ignore"):          # inf is handled just below
             scaled = np.rint(np.ldexp(flat, scale_bits))
         if np.isfinite(scaled).all():
-            ints = [int(v) for v in scaled.tolist()]
+            # integral floats: |x| and its max are exact, and below 2^63 so is the cast to int64
+            bound = int(np.abs(scaled).max()) if scaled.size else 0
+            ints = (scaled.astype(np.int64).tolist() if bound < 1 << 63
+                    else [int(v) for v in scaled.tolist()])
         else:
             ints = [_round_scaled(v, scale_bits) for v in flat.tolist()]
     elif arr.dtype.kind == "O":
@@ -108,7 +114,8 @@ def encode(values: npt.ArrayLike, scale_bits: int, max_int: int) -> Encoded:
                 ints.append(_round_scaled(f, scale_bits))
     else:
         raise OperandError(f"cannot encode values of dtype {arr.dtype}")
-    bound = max((abs(v) for v in ints), default=0)
+    if bound is None:
+        bound = max((abs(v) for v in ints), default=0)
     if bound > max_int:
         raise EncodingOverflowError(
             f"value needs {bound.bit_length()} bits at scale 2^{scale_bits}; the encoding bound "
