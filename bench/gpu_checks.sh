@@ -12,10 +12,12 @@
 #   4. bench/gpu_targets.py for the baseline and for this tree (ModExp-2048; 1024-bit key public,
 #      key-owner and decryption; one call of 32 public encryptions with a 2048-bit key; this tree's
 #      3/4/5-bit windows and normal/wide shapes), then the compact table of both;
-#   5. the job end to end (bench/bench_e2e.py --gpu: default_credit, 2048-bit key, 1 epoch, our
-#      two-party and arbiter jobs on (native, native), (gpu, gpu), (gpu, native)) in whatever is
-#      left of DEADLINE_S (default 480: the whole script within 8 minutes); rows that no longer fit
-#      are recorded as skipped.  The data: UNIFL_DATA_DIR, or shared/data beside the checkout.
+#   5. the job end to end (bench/bench_e2e.py --gpu: default_credit, 1024- and 2048-bit keys, 2
+#      epochs, dispatch calibrated, our two-party and arbiter jobs on (native, native), (gpu, gpu),
+#      (gpu, native), after a small warm-up job per key size that fills the tuning and dispatch
+#      caches; about three minutes on an H200) in whatever is left of DEADLINE_S (default 480: the
+#      whole script within 8 minutes); rows that no longer fit are recorded as skipped.  The data:
+#      UNIFL_DATA_DIR, or shared/data beside the checkout.
 # Everything lands in $OUT (default bench/results/gpu-run): checks.log, baseline.json, new.json,
 # table.txt, e2e/bench_e2e.json and .png.  Steps are independent: a failing one is reported and the
 # next one still runs; the exit status is that of the first failure.  A PYTHONPATH set by the
