@@ -101,7 +101,7 @@ from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, ta
                        vertical_min_rows)
 from .channel import Channel, Messenger
 from .chunks import recv_chunk, recv_end, send_chunk, send_end
-from .data import (TASKS, RowSource, load_party, sorted_ids, standardize, subsample_ids,
+from .data import (TASKS, PartyData, RowSource, load_party, sorted_ids, standardize, subsample_ids,
                    train_test_split)
 from .metrics import r2_score, roc_auc, sigmoid
 from .overlap import PeerLink
@@ -159,10 +159,13 @@ def row_dot(X: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def prepare(role: str, dataset: str, ids: list[str], p: VerticalParams, seed: int,
-            data_dir: str | None) -> PartyMatrices:
+            data_dir: str | None, data: PartyData | None = None) -> PartyMatrices:
     """Rows ``ids`` (canonical order) of this party's file, subsampled, split, standardised on the
-    train split; the guest gets an intercept column (last, not penalised)."""
-    data = load_party(dataset, role, data_dir).select(subsample_ids(ids, p.max_rows, seed))
+    train split; the guest gets an intercept column (last, not penalised).  ``data``: the file,
+    when the caller has read it already."""
+    if data is None:
+        data = load_party(dataset, role, data_dir)
+    data = data.select(subsample_ids(ids, p.max_rows, seed))
     tr, te = train_test_split(len(data.ids), seed, p.test_fraction)
     X_train, X_test = standardize(data.X[tr], data.X[te])
     names = list(data.feature_names)
@@ -964,10 +967,12 @@ def train(role: str, job: dict, channel: Channel, backend: Backend | None, task:
         synthetic.check_alignment(role, peer, channel, spec.rows)
         src = synthetic.SyntheticParty(spec, role, job["seed"], p.test_fraction, p.fit_intercept)
     else:
+        data = None
         if ids is None:
-            ids = sorted_ids(load_party(job["dataset"], role, data_dir).ids)
+            data = load_party(job["dataset"], role, data_dir)    # read once, for ids and rows
+            ids = sorted_ids(data.ids)
             _check_alignment(role, peer, channel, ids)
-        src = prepare(role, job["dataset"], ids, p, job["seed"], data_dir)
+        src = prepare(role, job["dataset"], ids, p, job["seed"], data_dir, data)
     fn = _train_guest if role == "guest" else _train_host
     out = fn(job, p, task, src, channel, backend, timings, progress, arbiter)
     out["metrics"]["data_file"] = Path(src.source).name   # says when the bundled sample was used
