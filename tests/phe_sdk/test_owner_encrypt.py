@@ -34,7 +34,10 @@ from unifl.scheduler.multi import MultiDeviceBackend
 
 from tests.helpers.keys import paillier_keypair, paillier_keypair_without_generators
 
-OWNER_OPS = {"paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base"}
+#: the fused key-owner ops (the generators' route among them: without it, a composed backend
+#: composes y^p as keys without generators do)
+OWNER_OPS = {"paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base",
+             "paillier_encrypt_owner_generator"}
 NO_HOST = pytest.mark.skipif(_gpu_host is None, reason="gpu host harness not built")
 
 
@@ -212,9 +215,10 @@ def test_native_runs_one_fused_call_per_batch(monkeypatch):
 @pytest.mark.parametrize("bits", [1024, 2048])
 def test_a_fused_gpu_batch_is_one_launch_one_upload_no_download(bits):
     """On the host harness modelling the device's memory: the fused owner encryption of a fresh
-    batch is 1 kernel launch, 1 upload (m, yp, yq staged together), 0 downloads; the result is
-    read back once when used on the host.  The composition on the same kernels needs several
-    launches and round trips (its combine runs on the host)."""
+    batch (the generators' kernel, as keys from keygen have them) is 1 kernel launch, 1 upload (m,
+    kp, kq staged together), 0 downloads; the result is read back once when used on the host.  The
+    composition on the same kernels (y^p) needs several launches and round trips (its combine runs
+    on the host)."""
     pk, sk = paillier_keypair(bits)
     m = pk.plaintext_limbs([secrets.randbelow(pk.n) for _ in range(33)])
     cost = {}

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 import unifl
 from unifl import base_op
+from unifl.backends.gpu import _gpu_host
+from unifl.backends.gpu.host import GpuHostBackend
 from unifl.backends.native import NativeBackend
 from unifl.base_op import from_limbs, to_limbs
 from unifl.core.errors import OperandError
@@ -33,6 +35,7 @@ from unifl.scheduler.multi import MultiDeviceBackend
 from tests.helpers.keys import paillier_keypair, paillier_keypair_without_generators
 
 GEN_OP = "paillier_encrypt_owner_generator"
+NO_HOST = pytest.mark.skipif(_gpu_host is None, reason="gpu host harness not built")
 
 
 class NativeComposed(NativeBackend):
@@ -46,12 +49,18 @@ class NativeComposed(NativeBackend):
 def _make(name: str):
     if name == "cpu":
         return unifl.backend("cpu")
-    be = NativeBackend(threads=2) if name == "native" else NativeComposed(threads=2)
-    be.probe_result = NativeBackend.probe()
+    if name.startswith("gpu_host"):
+        # the gpu backend's kernel bodies on the host: its owner fixed-base kernel over the
+        # generators' comb tables, both batch layouts
+        be = GpuHostBackend(soa=name.endswith("limb-major"), threads=2)
+    else:
+        be = NativeBackend(threads=2) if name == "native" else NativeComposed(threads=2)
+    be.probe_result = type(be).probe()
     return be
 
 
-@pytest.fixture(scope="module", params=["cpu", "native", "native-composed"])
+@pytest.fixture(scope="module", params=["cpu", "native", "native-composed"] + [
+    pytest.param(n, marks=NO_HOST) for n in ("gpu_host-limb-major", "gpu_host-element-major")])
 def be(request):
     return _make(request.param)
 
@@ -180,7 +189,8 @@ def test_same_ciphertexts_on_every_backend_and_equal_to_python_ints(be, kind):
 @given(data=st.data())
 def test_fused_and_composed_agree_with_python_ints_for_any_exponents(data):
     """Property: for any m < n and any exponents of the primes' bit lengths (not only those below
-    p − 1), native's fused op and the composition on cpu give CRT(gp^kp, gq^kq)·(1 + m·n)."""
+    p − 1), native's fused op, the gpu kernel body (on the host) and the composition on cpu give
+    CRT(gp^kp, gq^kq)·(1 + m·n)."""
     sk = _key("unbalanced")
     pk, mat = sk.public_key, sk.material
     rows = data.draw(st.integers(1, 4))
@@ -193,11 +203,18 @@ def test_fused_and_composed_agree_with_python_ints_for_any_exponents(data):
     want = _reference(sk, sk.generators, ms, kps, kqs)
     assert _plain(pk, P.paillier_encrypt_owner_generator(_native_be(), mat, *args)) == want
     assert _plain(pk, P.paillier_encrypt_owner_generator(unifl.backend("cpu"), mat, *args)) == want
+    if _gpu_host is not None:
+        assert _plain(pk, P.paillier_encrypt_owner_generator(_gpu_host_be(), mat, *args)) == want
 
 
 @functools.lru_cache(maxsize=None)
 def _native_be():
     return _make("native")
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_host_be():
+    return _make("gpu_host-limb-major")
 
 
 def test_an_exponent_longer_than_the_prime_is_refused(be):

@@ -16,7 +16,7 @@ from unifl.mod_op import ints
 import unifl
 from unifl.core import registry
 from unifl.backends.gpu import runtime
-from unifl.base_op import from_limbs
+from unifl.base_op import from_limbs, to_limbs
 from unifl.core.errors import BackendUnavailable
 
 from tests.helpers.keys import paillier_keypair, random_odd_modulus
@@ -154,6 +154,52 @@ def test_device_owner_encryption_is_one_launch_per_batch(bits):
                                                         "downloads": 0}
     assert np.array_equal(np.asarray(c), native.op_paillier_encrypt_owner(mat, m, yp, yq))
     assert from_limbs(P.decrypt_limbs(gpu, sk, c)[:5]) == from_limbs(m[:5])
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("bits", [1024, 2048])
+def test_device_owner_generator_encryption_matches_native(bits):
+    """The key owner's generator route on the device (the owner fixed-base kernel over the comb
+    tables of gp and gq, an exponent per half): bit-identical to native's fused op, exponents 0, 1,
+    p − 2 and p − 1 included; one launch and one upload per batch once the tables are resident."""
+    from unifl.phe_sdk import paillier as P
+    from unifl.phe_sdk.paillier._obfuscation import random_exponents_below
+    gpu, native = unifl.backend("gpu"), unifl.backend("native")
+    pk, sk = paillier_keypair(bits)
+    mat = sk.material
+    n = 4096
+    m = pk.plaintext_limbs([0, 1, pk.n - 1, 5] + [secrets.randbelow(pk.n) for _ in range(n - 4)])
+    kp, kq = random_exponents_below(n, sk.p - 1), random_exponents_below(n, sk.q - 1)
+    kp[:4] = to_limbs([0, 1, sk.p - 2, sk.p - 1], mat.p_limbs)
+    kq[:4] = to_limbs([sk.q - 1, 0, 1, sk.q - 2], mat.q_limbs)
+    gpu.op_paillier_encrypt_owner_generator(mat, m[:2], kp[:2], kq[:2])   # key blob and tables
+    before = gpu.engine.counters()
+    c = gpu.op_paillier_encrypt_owner_generator(mat, m, kp, kq)
+    after = gpu.engine.counters()
+    assert {k: after[k] - before[k] for k in before} == {"launches": 1, "uploads": 1,
+                                                        "downloads": 0}
+    assert np.array_equal(np.asarray(c), native.op_paillier_encrypt_owner_generator(mat, m, kp, kq))
+    assert from_limbs(P.decrypt_limbs(gpu, sk, c)[:8]) == from_limbs(m[:8])
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("bits", [1024, 2048])
+def test_device_owner_djn_encryption_matches_native(bits):
+    """The same owner fixed-base kernel with the DJN base (one table base, one exponent for both
+    halves): bit-identical to native's fused op and to the public holder's comb on the device."""
+    from unifl.phe_sdk import paillier as P
+    gpu, native = unifl.backend("gpu"), unifl.backend("native")
+    _, sk0 = paillier_keypair(bits)
+    sk = P.PrivateKey(sk0.p, sk0.q)
+    pk = sk.public_key
+    pk.enable_fixed_base(window=5, backend=native)
+    m = pk.plaintext_limbs([0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(1021)])
+    a = P.random_limbs(1024, pk.fixed_base.exp_bits)
+    c = gpu.op_paillier_encrypt_owner_fixed_base(sk.material, m, a)
+    assert np.array_equal(np.asarray(c), native.op_paillier_encrypt_owner_fixed_base(sk.material, m, a))
+    assert np.array_equal(np.asarray(c), np.asarray(gpu.op_paillier_encrypt_fixed_base(pk.material, m, a)))
 
 
 @pytest.mark.gpu

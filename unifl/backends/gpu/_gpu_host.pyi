@@ -44,5 +44,7 @@ def inverse(key: npt.NDArray[np.uint64], a: npt.NDArray[np.uint64], chunk: int, 
     """(x^-1·R rows, number of chunks with a non-invertible row)."""
 def fixed_base(pub: npt.NDArray[np.uint64], table: npt.NDArray[np.uint64], w: int, m: npt.NDArray[np.uint64], a: npt.NDArray[np.uint64], soa: bool, threads: int) -> npt.NDArray[np.uint64]:
     """``table`` (nwin, 2^w − 1, L2): the comb table of ``keys.comb_table``."""
-def owner_fixed_base(owner: npt.NDArray[np.uint64], tp: npt.NDArray[np.uint64], tq: npt.NDArray[np.uint64], w: int, m: npt.NDArray[np.uint64], a: npt.NDArray[np.uint64], soa: bool,
-                     threads: int) -> npt.NDArray[np.uint64]: ...
+def owner_fixed_base(owner: npt.NDArray[np.uint64], tp: npt.NDArray[np.uint64], tq: npt.NDArray[np.uint64], w: int, m: npt.NDArray[np.uint64], ap: npt.NDArray[np.uint64],
+                     aq: npt.NDArray[np.uint64], soa: bool, threads: int) -> npt.NDArray[np.uint64]:
+    """``tp``, ``tq`` (nwin, 2^w − 1, Lp2 | Lq2): comb tables of one base mod p² and mod q²; ``ap``,
+    ``aq`` (n, La): the exponent of each half (the same for DJN)."""

@@ -150,11 +150,11 @@ class HostEngine:
         return self._call(run, pub, m, a)
 
     def owner_fixed_base(self, owner: np.ndarray, tp: np.ndarray, tq: np.ndarray, window: int,
-                         m: Limbs, a: np.ndarray) -> Limbs:
-        def run(key: np.ndarray, m_: np.ndarray, a_: np.ndarray, soa: bool, threads: int
-                ) -> np.ndarray:
-            return _gpu_host.owner_fixed_base(key, tp, tq, window, m_, a_, soa, threads)
-        return self._call(run, owner, m, a)
+                         m: Limbs, ap: np.ndarray, aq: np.ndarray) -> Limbs:
+        def run(key: np.ndarray, m_: np.ndarray, ap_: np.ndarray, aq_: np.ndarray, soa: bool,
+                threads: int) -> np.ndarray:
+            return _gpu_host.owner_fixed_base(key, tp, tq, window, m_, ap_, aq_, soa, threads)
+        return self._call(run, owner, m, ap, aq)
 
 
 class GpuHostBackend(KernelBackend):

@@ -41,6 +41,9 @@ paillier_encrypt_  DJN (1 + m·n)·hs^a mod n² from the comb table of hs, uploa
 fixed_base         resident on the device
 paillier_encrypt_  the key owner's: comb tables of hs mod p² and mod q², the two half groups in
 owner_fixed_base   step, Garner's combine, all in one launch
+paillier_encrypt_  the same kernel over comb tables of the owner's generators gp mod p² and gq mod
+owner_generator    q², each half with its own exponent (kp, kq); it skips zero digits, so its
+                   time follows the exponents (NOT constant time, as paillier_encrypt_owner)
 =================  ==========================================================================
 
 An engine counts its traffic (:meth:`Engine.counters`): kernel launches, host-to-device copies and
@@ -95,7 +98,7 @@ class Engine(Protocol):
     def inverse(self, key: Any, a: Limbs, chunk: int) -> tuple[Limbs, int]: ...
     def fixed_base(self, pub: Any, table: Any, window: int, m: Limbs, a: np.ndarray) -> Limbs: ...
     def owner_fixed_base(self, owner: Any, tp: Any, tq: Any, window: int, m: Limbs,
-                         a: np.ndarray) -> Limbs: ...
+                         ap: np.ndarray, aq: np.ndarray) -> Limbs: ...
 
 
 MONT_MUL, MOD_MUL = 0, 1   # MulMode in kernels.cuh
@@ -121,7 +124,7 @@ class KernelBackend(Backend):
                             "mont_multi_exp", "mont_prod_groups", "mont_inverse",
                             "paillier_encrypt", "paillier_encrypt_fixed_base",
                             "paillier_encrypt_owner", "paillier_encrypt_owner_fixed_base",
-                            "paillier_decrypt"})
+                            "paillier_encrypt_owner_generator", "paillier_decrypt"})
     engine: Engine
     kernels: str = "group"
     #: the largest size class the kernels are compiled for (64 * keys.MAX_LIMBS bits): a request
@@ -257,7 +260,33 @@ class KernelBackend(Backend):
             return tp, tq
         tp, tq = self.state.get(sk, "owner_comb_tables", build)
         return self.engine.owner_fixed_base(self._key(sk, keys.owner_blob, KIND_OWNER), tp, tq,
-                                            fb.window, self.own_batch(m), a)
+                                            fb.window, self.own_batch(m), a, a)
+
+    def op_paillier_encrypt_owner_generator(self, sk: PaillierPrivateMaterial, m: Limbs,
+                                            kp: np.ndarray, kq: np.ndarray) -> Limbs:
+        """The key owner's encryption from its generators: the owner fixed-base kernel over comb
+        tables of gp mod p² and gq mod q² (built once per key record, resident), kp and kq in the
+        two half groups, one launch.  Like the y^p kernel, it skips zero digits: its time follows
+        the exponents (not constant time; docs/backends/gpu.md)."""
+        pk = sk.public_key
+        self._check_key(pk)
+        if not keys.crt_fits_groups(sk):
+            raise OperandError(f"the {self.name} backend's key-owner generator kernel needs "
+                               f"primes of at most {16 * keys.MAX_LIMBS} bits")
+        gens = sk.require_generators()
+        kp, kq = _c(kp), _c(kq)
+        check_covered(kp, sk.p.bit_length())      # the contract's bound, whatever the tables cover
+        check_covered(kq, sk.q.bit_length())
+        bits = max(sk.p.bit_length(), sk.q.bit_length())     # one nwin for both tables
+        la = max(kp.shape[1], kq.shape[1])
+        kp, kq = (np.pad(k, ((0, 0), (0, la - k.shape[1]))) for k in (kp, kq))
+
+        def build() -> tuple[Any, Any]:
+            return tuple(self.engine.prepare_table(keys.comb_table(c, g, bits, gens.window))
+                         for c, g in ((sk.psquare_ctx, gens.gp), (sk.qsquare_ctx, gens.gq)))
+        tp, tq = self.state.get(sk, "owner_generator_tables", build)
+        return self.engine.owner_fixed_base(self._key(sk, keys.owner_blob, KIND_OWNER), tp, tq,
+                                            gens.window, self.own_batch(m), kp, kq)
 
     def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
         self._check_key(sk.public_key)

@@ -128,9 +128,9 @@ def _signatures() -> dict[str, tuple[list[Any], Any]]:
                               c_int),
         # (pub, table, w, nwin, m, a, La, n, &out)
         "unifl_gpu_fixed_base": ([vp, vp, c_int, c_int, Operand, _u64p, c_int, c_ll, vpp], c_int),
-        # (owner, tp, tq, w, nwin, m, a, La, n, &out)
-        "unifl_gpu_owner_fixed_base": ([vp, vp, vp, c_int, c_int, Operand, _u64p, c_int, c_ll,
-                                        vpp], c_int),
+        # (owner, tp, tq, w, nwin, m, ap, aq, La, n, &out)
+        "unifl_gpu_owner_fixed_base": ([vp, vp, vp, c_int, c_int, Operand, _u64p, _u64p, c_int,
+                                        c_ll, vpp], c_int),
     }
 
 
@@ -599,14 +599,19 @@ class CudaEngine:
                          lead=(pub.handle, table.handle, window, nwin))
 
     def owner_fixed_base(self, owner: DeviceKey, tp: DeviceTable, tq: DeviceTable, window: int,
-                         m: Limbs, a: np.ndarray) -> GpuBatch:
+                         m: Limbs, ap: np.ndarray, aq: np.ndarray) -> GpuBatch:
+        """bp^ap mod p² and bq^aq mod q² from the comb tables tp (of bp) and tq (of bq), combined
+        and finished: the key owner's DJN encryption (one base, ap = aq) or its generators'."""
         op = "paillier_encrypt_owner_fixed_base"
         sz = owner.sizes
-        nwin, n, a = self._fixed_base_args(op, [("tp", tp, sz["Lp2"]), ("tq", tq, sz["Lq2"])],
-                                           window, m, sz["Ln"], a)
+        tables = [("tp", tp, sz["Lp2"]), ("tq", tq, sz["Lq2"])]
+        nwin, n, ap = self._fixed_base_args(op, tables, window, m, sz["Ln"], ap)
+        _, _, aq = self._fixed_base_args(op, tables, window, m, sz["Ln"], aq)
+        if aq.shape != ap.shape:
+            raise _shape_error(op, "aq", str(ap.shape), aq.shape)
         self._family(owner, True, op)
-        return self._run(op, self.lib.unifl_gpu_owner_fixed_base, None, [m], _ptr(a),
-                         a.shape[1], n, lead=(owner.handle, tp.handle, tq.handle, window, nwin))
+        return self._run(op, self.lib.unifl_gpu_owner_fixed_base, None, [m], _ptr(ap), _ptr(aq),
+                         ap.shape[1], n, lead=(owner.handle, tp.handle, tq.handle, window, nwin))
 
     def cgbn_mod_exp(self, key: DeviceKey, base: Limbs, exps: np.ndarray) -> np.ndarray | None:
         """The optional CGBN ModExp (built with CGBN_INCLUDE_DIR); None when not built in, when

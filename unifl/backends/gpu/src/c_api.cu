@@ -447,11 +447,13 @@ int unifl_gpu_fixed_base(void *pub, void *table, int w, int nwin, Operand m, con
                   });
 }
 
-// The key owner's DJN encryption: hs^a mod p² and mod q² from the comb tables tp (nwin × (2^w − 1)
-// entries of Lp2 limbs) and tq (of Lq2 limbs) in the two half groups, Garner's combine and the
-// finish in one launch.  Same operands as unifl_gpu_fixed_base otherwise.
+// The key owner's fixed-base encryption: bp^ap mod p² and bq^aq mod q² from the comb tables tp of
+// bp (nwin × (2^w − 1) entries of Lp2 limbs) and tq of bq (of Lq2 limbs) in the two half groups,
+// Garner's combine and the finish in one launch.  DJN: both tables of hs, ap = aq; the owner's
+// generators: tables of gp and gq, exponents kp and kq.  ap, aq: host rows (n, La) each, their
+// bits past nwin·w zero.  Same operands as unifl_gpu_fixed_base otherwise.
 int unifl_gpu_owner_fixed_base(void *owner, void *tp, void *tq, int w, int nwin, Operand m,
-                               const u64 *a, int La, long long n, void **out) {
+                               const u64 *ap, const u64 *aq, int La, long long n, void **out) {
     Key &k = *(Key *)owner;
     const unifl_gpu::OwnerKey ok_ = unifl_gpu::parse_owner(k.host.data());
     *out = nullptr;
@@ -460,13 +462,16 @@ int unifl_gpu_owner_fixed_base(void *owner, void *tp, void *tq, int w, int nwin,
     if ((e = check_table(tp, *k.dev, w, nwin, ok_.p2.L)) ||
         (e = check_table(tq, *k.dev, w, nwin, ok_.q2.L)))
         return e;
-    if (!a || La < 1 || n <= 0 || !exponents_fit(a, n, La, (long long)nwin * w)) return kErrShape;
-    Operand ea{nullptr, a, n, La};
+    const long long covered = (long long)nwin * w;
+    if (!ap || !aq || La < 1 || n <= 0 || !exponents_fit(ap, n, La, covered) ||
+        !exponents_fit(aq, n, La, covered))
+        return kErrShape;
+    Operand eap{nullptr, ap, n, La}, eaq{nullptr, aq, n, La};
     const Table &p = *(const Table *)tp, &q = *(const Table *)tq;
-    return run_op(*k.dev, n, {&m, &ea}, {ok_.Ln, La}, ok_.n2.L, out,
+    return run_op(*k.dev, n, {&m, &eap, &eaq}, {ok_.Ln, La, La}, ok_.n2.L, out,
                   [&](Device &d, DBatch &o, const std::vector<View> &v, u64 *) {
-                      const int r =
-                          launch_owner_fixed_base(d, k, p, q, w, nwin, n, o, v[0], v[1].ptr, La);
+                      const int r = launch_owner_fixed_base(d, k, p, q, w, nwin, n, o, v[0],
+                                                            v[1].ptr, v[2].ptr, La);
                       return r ? r : finish(d);
                   });
 }

@@ -651,7 +651,7 @@ Limbs table_arr(const py::array &t, const char *fn, const char *name, int w, int
 }
 
 // the exponents must fit the bits the table covers (nwin·w): a longer one would be cut silently
-void check_exponents(const Limbs &a, long long covered, const char *fn) {
+void check_exponents(const Limbs &a, long long covered, const char *fn, const char *name = "a") {
     const long long n = a.shape(0), La = a.shape(1);
     for (long long i = 0; i < n; ++i)
         for (long long l = 0; l < La; ++l) {
@@ -660,7 +660,7 @@ void check_exponents(const Limbs &a, long long covered, const char *fn) {
                              : covered <= lo    ? 0ull
                                                 : ((1ull << (covered - lo)) - 1);
             if (a.data()[i * La + l] & ~keep)
-                bad_arg(fn, "a",
+                bad_arg(fn, name,
                         "row " + std::to_string(i) + ": a fixed-base exponent longer than the " +
                             std::to_string(covered) + " bits the comb table covers");
         }
@@ -699,7 +699,7 @@ Limbs fixed_base(py::array pub_, py::array table_, int w, py::array m_, py::arra
 }
 
 Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py::array m_,
-                       py::array a_, bool soa, int threads) {
+                       py::array ap_, py::array aq_, bool soa, int threads) {
     const char *fn = "owner_fixed_base";
     check_owner_blob(owner_, fn);
     Limbs owner = arr(owner_, fn, "key", {kAny});
@@ -710,21 +710,24 @@ Limbs owner_fixed_base(py::array owner_, py::array tp_, py::array tq_, int w, py
     Limbs tq = arr(tq_, fn, "tq", {nwin, (1LL << w) - 1, k.q2.L});
     Limbs m = arr(m_, fn, "m", {kAny, k.Ln});
     const long long n = m.shape(0);
-    Limbs a = arr(a_, fn, "a", {n, kAny});
-    const int La = (int)a.shape(1);
-    check_exponents(a, (long long)nwin * w, fn);
+    Limbs ap = arr(ap_, fn, "ap", {n, kAny});
+    const int La = (int)ap.shape(1);
+    Limbs aq = arr(aq_, fn, "aq", {n, La});
+    check_exponents(ap, (long long)nwin * w, fn, "ap");
+    check_exponents(aq, (long long)nwin * w, fn, "aq");
     Limbs out({(py::ssize_t)n, (py::ssize_t)k.n2.L});
     {
         py::gil_scoped_release nogil;
         Batch M(ro(m), n, k.Ln, soa), O(mut(out), n, k.n2.L, soa);
-        const u64 *p = tp.data(), *q = tq.data(), *e = a.data();
-        need(UNIFL_WITH_SHAPE(unifl_gpu::coop::owner_group_lmax(kb),
-                              run_groups<TPI, LPT>(
-                                  n, threads,
-                                  [&](long long i, u32 *) {
-                                      unifl_gpu::coop::gbody_owner_fixed_base<HL, LPT>(
-                                          i, kb, p, q, w, nwin, O.ptr, O.lay, M.ptr, M.lay, e, La);
-                                  })),
+        const u64 *p = tp.data(), *q = tq.data(), *ep = ap.data(), *eq = aq.data();
+        need(UNIFL_WITH_SHAPE(
+                 unifl_gpu::coop::owner_group_lmax(kb),
+                 run_groups<TPI, LPT>(n, threads,
+                                      [&](long long i, u32 *) {
+                                          unifl_gpu::coop::gbody_owner_fixed_base<HL, LPT>(
+                                              i, kb, p, q, w, nwin, O.ptr, O.lay, M.ptr, M.lay, ep,
+                                              eq, La);
+                                      })),
              "key outside the instantiated size classes");
         O.copy_out(mut(out));
     }
@@ -763,5 +766,6 @@ PYBIND11_MODULE(_gpu_host, mod) {
     mod.def("fixed_base", &fixed_base, py::arg("pub"), py::arg("table"), py::arg("w"), py::arg("m"),
             py::arg("a"), py::arg("soa"), py::arg("threads"));
     mod.def("owner_fixed_base", &owner_fixed_base, py::arg("owner"), py::arg("tp"), py::arg("tq"),
-            py::arg("w"), py::arg("m"), py::arg("a"), py::arg("soa"), py::arg("threads"));
+            py::arg("w"), py::arg("m"), py::arg("ap"), py::arg("aq"), py::arg("soa"),
+            py::arg("threads"));
 }

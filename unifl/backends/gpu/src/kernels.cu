@@ -263,13 +263,14 @@ template <int LM>
 __global__ void UNIFL_GROUP_BOUNDS k_owner_fixed_base_g(long long n, const u64 *key, int key_len,
                                                         const u64 *tp, const u64 *tq, int w,
                                                         int nwin, u64 *out, Lay lay_2, const u64 *m,
-                                                        Lay lay_m, const u64 *a, int La) {
+                                                        Lay lay_m, const u64 *ap, const u64 *aq,
+                                                        int La) {
     typedef GroupShape<LM> S;
     const u64 *k = stage_key(key, key_len);
     const long long i = S::group_instance();
     if (i >= n) return;
     coop::gbody_owner_fixed_base<typename S::G, S::LPT>(i, k, tp, tq, w, nwin, out, lay_2, m, lay_m,
-                                                        a, La);
+                                                        ap, aq, La);
 }
 
 #undef UNIFL_CONVERGED_INSTANCE
@@ -518,8 +519,8 @@ int launch_fixed_base(Device &d, const Key &k, const Table &t, int w, int nwin, 
 }
 
 int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Table &tq, int w,
-                            int nwin, long long n, const DBatch &o, const View &m, const u64 *a,
-                            int La) {
+                            int nwin, long long n, const DBatch &o, const View &m, const u64 *ap,
+                            const u64 *aq, int La) {
     const int kl = k.words();
     int r = 0;
     const bool ok = UNIFL_WITH_SHAPE(k.glmax, {
@@ -530,8 +531,8 @@ int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Tabl
             !(r = allow_smem(d, (const void *)k_owner_fixed_base_g<LM>, smem)))
             launch(d, [&] {
                 k_owner_fixed_base_g<LM><<<grid, kGroupBlock, smem, d.stream>>>(
-                    n, k.ptr, kl, tp.ptr, tq.ptr, w, nwin, o.ptr, limb_major(o), m.ptr, m.lay, a,
-                    La);
+                    n, k.ptr, kl, tp.ptr, tq.ptr, w, nwin, o.ptr, limb_major(o), m.ptr, m.lay, ap,
+                    aq, La);
             });
     });
     return ok ? r : kErrSize;

@@ -506,19 +506,20 @@ UNIFL_HD void gbody_fixed_base(long long i, const u64 *key, const u64 *table, in
     store<G, LPT>(out, lay_2, i, k.n2.L, g);
 }
 
-// the key owner's: hs^a mod p² and mod q² from the half-size comb tables (tp, tq), then
-// owner_finish
+// the key owner's: bp^ap mod p² and bq^aq mod q² from the half-size comb tables (tp of bp, tq of
+// bq), then owner_finish.  DJN: bp = bq = hs and ap = aq = a; the owner's generators: gp, gq with
+// their own exponents kp, kq.
 template <class G, int LPT>
 UNIFL_HD void gbody_owner_fixed_base(long long i, const u64 *key, const u64 *tp, const u64 *tq,
                                      int w, int nwin, u64 *out, Lay lay_2, const u64 *m, Lay lay_m,
-                                     const u64 *a, int La) {
+                                     const u64 *ap, const u64 *aq, int La) {
     typedef typename G::Half H;
     const OwnerKey k = parse_owner(key);
     Num<G, LPT> xh;
     G::halves([&](H, int s) {
         const Mod<H, LPT> md = make_mod<H, LPT>(either(s, k.p2, k.q2));
         Num<H, LPT> x;
-        comb_power<H, LPT>(x, s ? tq : tp, w, nwin, a + i * (long long)La, La, md);
+        comb_power<H, LPT>(x, s ? tq : tp, w, nwin, (s ? aq : ap) + i * (long long)La, La, md);
         from_mont<H, LPT>(x, x, md);
         from_half<G, LPT>(xh, x, s);
     });

@@ -45,8 +45,8 @@ int launch_inverse(Device &d, const Key &k, long long inst, const DBatch &o, con
 int launch_fixed_base(Device &d, const Key &k, const Table &t, int w, int nwin, long long n,
                       const DBatch &o, const View &m, const u64 *a, int La);
 int launch_owner_fixed_base(Device &d, const Key &k, const Table &tp, const Table &tq, int w,
-                            int nwin, long long n, const DBatch &o, const View &m, const u64 *a,
-                            int La);
+                            int nwin, long long n, const DBatch &o, const View &m, const u64 *ap,
+                            const u64 *aq, int La);
 int launch_encrypt(Device &d, const Key &k, bool group, Tuning t, long long n, const DBatch &o,
                    const View &m, const View &r);
 int launch_encrypt_owner(Device &d, const Key &k, bool group, Tuning t, long long n,
