@@ -100,9 +100,12 @@ def unit_group_generator(p: int, factors: tuple[int, ...]) -> int:
     the condition for a to have order p − 1.  About φ(p−1)/(p−1) of the draws qualify."""
     if math.prod(factors) == 1 or any((p - 1) % ell for ell in factors):
         raise ValueError("factors must be the prime factors of p − 1")
+    cofactors = [gmpy2.mpz((p - 1) // ell) for ell in factors]
+    m = gmpy2.mpz(p)
     while True:
         a = 2 + secrets.randbelow(p - 3)
-        if all(pow(a, (p - 1) // ell, p) != 1 for ell in factors):
+        # GMP's powmod: Python's pow was about a fifth of a 2048-bit key's generation
+        if all(gmpy2.powmod(a, e, m) != 1 for e in cofactors):
             return a
 
 
