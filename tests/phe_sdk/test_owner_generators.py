@@ -92,6 +92,19 @@ def _reference(sk, gens, ms, kps, kqs) -> list[int]:
     return out
 
 
+def _spy(monkeypatch, *ops: str) -> list[str]:
+    """The names of ``ops`` of NativeBackend as they are called, in order (each still runs)."""
+    calls: list[str] = []
+    for op in ops:
+        real = getattr(NativeBackend, op)
+
+        def spy(self, *args, _real=real, _op=op):
+            calls.append(_op)
+            return _real(self, *args)
+        monkeypatch.setattr(NativeBackend, op, spy)
+    return calls
+
+
 # ------------------------------------------------------------------ primes and generators
 @pytest.mark.parametrize("bits", [512, 520, 1024])
 def test_primes_of_known_order_have_proven_factors(bits):
@@ -149,14 +162,7 @@ def test_a_key_without_provable_factors_keeps_the_y_to_the_p_path(monkeypatch):
     _, sk = paillier_keypair_without_generators(1024)
     assert sk.generators is None
     be = _make("native")
-    calls: list[str] = []
-    for op in ("op_paillier_encrypt_owner", "op_" + GEN_OP):
-        real = getattr(NativeBackend, op)
-
-        def spy(self, *args, _real=real, _op=op):
-            calls.append(_op)
-            return _real(self, *args)
-        monkeypatch.setattr(NativeBackend, op, spy)
+    calls = _spy(monkeypatch, "op_paillier_encrypt_owner", "op_" + GEN_OP)
     pk = sk.public_key
     ms = [0, 1, pk.n - 1]
     c = P.encrypt_limbs(be, pk, pk.plaintext_limbs(ms), use_pool=False, private_key=sk)
@@ -246,14 +252,8 @@ def test_the_multi_device_wrapper_splits_the_generator_op_by_rows():
 def test_fresh_owner_encryption_on_native_is_one_generator_call_and_decrypts(monkeypatch):
     pk, sk = paillier_keypair(2048)
     be = _make("native")
-    calls: list[str] = []
-    for op in ("op_paillier_encrypt_owner", "op_" + GEN_OP, "op_mod_exp_secret", "op_mont_mul"):
-        real = getattr(NativeBackend, op)
-
-        def spy(self, *args, _real=real, _op=op):
-            calls.append(_op)
-            return _real(self, *args)
-        monkeypatch.setattr(NativeBackend, op, spy)
+    calls = _spy(monkeypatch, "op_paillier_encrypt_owner", "op_" + GEN_OP, "op_mod_exp_secret",
+                 "op_mont_mul")
     ms = [5, 5, 5, 0, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(15)]
     c = P.encrypt_limbs(be, pk, pk.plaintext_limbs(ms), use_pool=False, private_key=sk)
     assert calls == ["op_" + GEN_OP]
@@ -273,14 +273,7 @@ def test_a_dispatcher_takes_the_route_only_where_its_accelerator_fuses_it(monkey
     composing = DispatchBackend(_make("native-composed"), _make("native"), policy)
     fusing = DispatchBackend(_make("native"), _make("native-composed"), policy)
     assert not composing.implements(GEN_OP) and fusing.implements(GEN_OP)
-    calls: list[str] = []
-    for op in ("op_paillier_encrypt_owner", "op_" + GEN_OP):
-        real = getattr(NativeBackend, op)
-
-        def spy(self, *args, _real=real, _op=op):
-            calls.append(_op)
-            return _real(self, *args)
-        monkeypatch.setattr(NativeBackend, op, spy)
+    calls = _spy(monkeypatch, "op_paillier_encrypt_owner", "op_" + GEN_OP)
     ms = [0, 1, pk.n - 1] + [secrets.randbelow(pk.n) for _ in range(13)]
     for be, want in ((composing, "op_paillier_encrypt_owner"), (fusing, "op_" + GEN_OP)):
         calls.clear()

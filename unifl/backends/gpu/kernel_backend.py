@@ -245,10 +245,7 @@ class KernelBackend(Backend):
                                              a: np.ndarray) -> Limbs:
         """The key owner's DJN encryption: half-size comb tables mod p², q², one launch."""
         pk = sk.public_key
-        self._check_key(pk)
-        if not keys.crt_fits_groups(sk):
-            raise OperandError(f"the {self.name} backend's key-owner fixed-base kernel needs "
-                               f"primes of at most {16 * keys.MAX_LIMBS} bits")
+        owner = self._owner_comb_key(sk, "fixed-base")
         fb = pk.require_fixed_base()
         a = _c(a)
         check_covered(a, -(-fb.exp_bits // fb.window) * fb.window)
@@ -259,8 +256,7 @@ class KernelBackend(Backend):
                       for c in (sk.psquare_ctx, sk.qsquare_ctx))
             return tp, tq
         tp, tq = self.state.get(sk, "owner_comb_tables", build)
-        return self.engine.owner_fixed_base(self._key(sk, keys.owner_blob, KIND_OWNER), tp, tq,
-                                            fb.window, self.own_batch(m), a, a)
+        return self.engine.owner_fixed_base(owner, tp, tq, fb.window, self.own_batch(m), a, a)
 
     def op_paillier_encrypt_owner_generator(self, sk: PaillierPrivateMaterial, m: Limbs,
                                             kp: np.ndarray, kq: np.ndarray) -> Limbs:
@@ -268,11 +264,7 @@ class KernelBackend(Backend):
         tables of gp mod p² and gq mod q² (built once per key record, resident), kp and kq in the
         two half groups, one launch.  Like the y^p kernel, it skips zero digits: its time follows
         the exponents (not constant time; docs/backends/gpu.md)."""
-        pk = sk.public_key
-        self._check_key(pk)
-        if not keys.crt_fits_groups(sk):
-            raise OperandError(f"the {self.name} backend's key-owner generator kernel needs "
-                               f"primes of at most {16 * keys.MAX_LIMBS} bits")
+        owner = self._owner_comb_key(sk, "generator")
         gens = sk.require_generators()
         kp, kq = _c(kp), _c(kq)
         check_covered(kp, sk.p.bit_length())      # the contract's bound, whatever the tables cover
@@ -285,8 +277,16 @@ class KernelBackend(Backend):
             return tuple(self.engine.prepare_table(keys.comb_table(c, g, bits, gens.window))
                          for c, g in ((sk.psquare_ctx, gens.gp), (sk.qsquare_ctx, gens.gq)))
         tp, tq = self.state.get(sk, "owner_generator_tables", build)
-        return self.engine.owner_fixed_base(self._key(sk, keys.owner_blob, KIND_OWNER), tp, tq,
-                                            gens.window, self.own_batch(m), kp, kq)
+        return self.engine.owner_fixed_base(owner, tp, tq, gens.window, self.own_batch(m), kp, kq)
+
+    def _owner_comb_key(self, sk: PaillierPrivateMaterial, what: str) -> Any:
+        """The owner key blob for the owner fixed-base kernel, once the key is checked against
+        this backend and its primes fit the cooperative CRT bodies (at most 16·MAX_LIMBS bits)."""
+        self._check_key(sk.public_key)
+        if not keys.crt_fits_groups(sk):
+            raise OperandError(f"the {self.name} backend's key-owner {what} kernel needs "
+                               f"primes of at most {16 * keys.MAX_LIMBS} bits")
+        return self._key(sk, keys.owner_blob, KIND_OWNER)
 
     def op_paillier_decrypt(self, sk: PaillierPrivateMaterial, c_mont: Limbs) -> Limbs:
         self._check_key(sk.public_key)
