@@ -28,8 +28,9 @@ from unifl.base_op import from_limbs, to_limbs
 from unifl.core.errors import OperandError
 from unifl.phe_sdk import paillier as P
 from unifl.phe_sdk.paillier._obfuscation import random_exponents_below
-from unifl.phe_sdk.primes import (SMOOTH_BOUND, p_minus_1_factors, random_prime,
-                                  random_prime_with_known_order, unit_group_generator)
+from unifl.phe_sdk.primes import (SIEVE_BOUND, SMOOTH_BOUND, _small_primes, cofactor_candidates,
+                                  p_minus_1_factors, random_prime, random_prime_with_known_order,
+                                  unit_group_generator)
 from unifl.scheduler.multi import MultiDeviceBackend
 
 from tests.helpers.keys import paillier_keypair, paillier_keypair_without_generators
@@ -120,6 +121,18 @@ def test_primes_of_known_order_have_proven_factors(bits):
     assert rest == 1
     assert max(factors).bit_length() == bits - 16           # the large factor s
     assert all(f < SMOOTH_BOUND for f in factors if f != max(factors))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(60, 300), st.integers(0, 1 << 20), st.integers(1, 3000))
+def test_the_cofactor_sieve_strikes_exactly_the_candidates_with_a_small_factor(s_bits, t_lo, span):
+    """Offsets kept by the sieve are exactly the t in [t_lo, t_lo + span] whose 2·t·s + 1 has no
+    odd prime factor below SIEVE_BOUND, so no t that gives a prime is ever skipped."""
+    s = random_prime(s_bits)
+    small = [ell for ell in _small_primes() if 2 < ell < SIEVE_BOUND]
+    want = [t - t_lo for t in range(t_lo, t_lo + span + 1)
+            if all((2 * t * s + 1) % ell for ell in small)]
+    assert cofactor_candidates(s, t_lo, t_lo + span).tolist() == want
 
 
 def test_a_prime_whose_p_minus_1_has_two_large_factors_is_not_certified():
