@@ -28,8 +28,9 @@ lies *above* it: between the measured sizes the model never under-predicts the a
 the CPU's time is linear.  The accelerator is picked only when predicted faster by the margin
 (default 20 %).  Every call is measured afterwards: the model of the backend that ran it is
 corrected online (an exponentially weighted ratio of measured to predicted time, per line; a
-split's whole time corrects that line's splits too), and a call on the accelerator that took longer than the CPU's prediction is counted in the report
-(``slower_than_cpu``), so a violation is visible, never silent.  Outside the measured range
+split's whole time corrects that line's splits too), and a call on the accelerator that took
+longer than the CPU's prediction is counted in the report (``slower_than_cpu``), so a violation
+is visible, never silent.  Outside the measured range
 (beyond the largest calibration size) the lines extrapolate; there the accelerator is the faster
 by construction of the measurement's stop rule.
 
@@ -395,8 +396,9 @@ class DispatchBackend(MultiDeviceBackend):
         # it there (run_op), so the whole op is priced and placed, not its pieces.  A route op
         # only where the accelerator has it: the layers take the route instead of ops the
         # accelerator runs natively, so a route it can only compose would hand the party's bulk
-        # work to its CPU (on an H200, a 2048-bit key owner's encryptions of a two-party job: the
-        # generators' route 4.7 s, split with the CPU, where the GPU's y^p kernels need tenths)
+        # work to its CPU (on an H200, before the gpu backend fused the generators' route, a
+        # 2048-bit key owner's encryptions of a two-party job took 4.7 s that way, split with
+        # the CPU, where the GPU's y^p kernel needed tenths of a second)
         self.native_ops = frozenset(  # type: ignore[misc]
             op for op in OPS if accelerator.implements(op)
             or (cpu.implements(op) and op not in ROUTE_OPS))
