@@ -143,10 +143,16 @@ class CostModel:
         line = self.lines.get(key)
         if line is None or units <= 0:
             return
-        ratio = min(8.0, max(0.125, seconds / max(line.predict(units), 1e-9)))
         with self._lock:
-            old = self.correction.get(key, 1.0)
-            self.correction[key] = (1 - self.ALPHA) * old + self.ALPHA * ratio
+            self.correction[key] = self.blend(self.correction.get(key, 1.0), seconds,
+                                              line.predict(units))
+
+    @classmethod
+    def blend(cls, old: float, seconds: float, predicted: float) -> float:
+        """A correction factor ``old`` moved toward measured/predicted (clamped to [1/8, 8]) by
+        the weight ALPHA."""
+        ratio = min(8.0, max(0.125, seconds / max(predicted, 1e-9)))
+        return (1 - cls.ALPHA) * old + cls.ALPHA * ratio
 
     def set_line(self, key: LineKey, line: CostLine) -> None:
         with self._lock:
@@ -581,10 +587,9 @@ class DispatchBackend(MultiDeviceBackend):
         their prediction; once corrected, a split that no longer wins by the margin is not made."""
         if not d.predicted:
             return
-        ratio = min(8.0, max(0.125, seconds / (d.predicted / d.overhead)))
         with self._stats_lock:
-            old = self._split_correction.get(key, 1.0)
-            self._split_correction[key] = (1 - CostModel.ALPHA) * old + CostModel.ALPHA * ratio
+            self._split_correction[key] = CostModel.blend(self._split_correction.get(key, 1.0),
+                                                          seconds, d.predicted / d.overhead)
 
     def _record(self, op: str, args: tuple, d: Decision, seconds: float) -> None:
         with self._stats_lock:

@@ -131,6 +131,17 @@ def test_device_paillier(bits):
     assert sk.raw_decrypt(c, backend=gpu) == ms
 
 
+def _fused_batch(gpu, op: str, mat, *batches):
+    """``op`` of ``gpu`` on two rows first (the key blob and any tables uploaded), then on all
+    rows: the full batch's result and the engine's traffic for it (launches, uploads, downloads)."""
+    fn = getattr(gpu, op)
+    fn(mat, *(b[:2] for b in batches))
+    before = gpu.engine.counters()
+    c = fn(mat, *batches)
+    after = gpu.engine.counters()
+    return c, {k: after[k] - before[k] for k in before}
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("bits", [1024, 2048])
@@ -146,12 +157,8 @@ def test_device_owner_encryption_is_one_launch_per_batch(bits):
     m = pk.plaintext_limbs([secrets.randbelow(pk.n) for _ in range(n)])
     yp = P.random_limbs(n, sk.p.bit_length(), sk.p)
     yq = P.random_limbs(n, sk.q.bit_length(), sk.q)
-    gpu.op_paillier_encrypt_owner(mat, m[:2], yp[:2], yq[:2])          # the key blob uploaded
-    before = gpu.engine.counters()
-    c = gpu.op_paillier_encrypt_owner(mat, m, yp, yq)
-    after = gpu.engine.counters()
-    assert {k: after[k] - before[k] for k in before} == {"launches": 1, "uploads": 1,
-                                                        "downloads": 0}
+    c, cost = _fused_batch(gpu, "op_paillier_encrypt_owner", mat, m, yp, yq)
+    assert cost == {"launches": 1, "uploads": 1, "downloads": 0}
     assert np.array_equal(np.asarray(c), native.op_paillier_encrypt_owner(mat, m, yp, yq))
     assert from_limbs(P.decrypt_limbs(gpu, sk, c)[:5]) == from_limbs(m[:5])
 
@@ -173,12 +180,8 @@ def test_device_owner_generator_encryption_matches_native(bits):
     kp, kq = random_exponents_below(n, sk.p - 1), random_exponents_below(n, sk.q - 1)
     kp[:4] = to_limbs([0, 1, sk.p - 2, sk.p - 1], mat.p_limbs)
     kq[:4] = to_limbs([sk.q - 1, 0, 1, sk.q - 2], mat.q_limbs)
-    gpu.op_paillier_encrypt_owner_generator(mat, m[:2], kp[:2], kq[:2])   # key blob and tables
-    before = gpu.engine.counters()
-    c = gpu.op_paillier_encrypt_owner_generator(mat, m, kp, kq)
-    after = gpu.engine.counters()
-    assert {k: after[k] - before[k] for k in before} == {"launches": 1, "uploads": 1,
-                                                        "downloads": 0}
+    c, cost = _fused_batch(gpu, "op_paillier_encrypt_owner_generator", mat, m, kp, kq)
+    assert cost == {"launches": 1, "uploads": 1, "downloads": 0}
     assert np.array_equal(np.asarray(c), native.op_paillier_encrypt_owner_generator(mat, m, kp, kq))
     assert from_limbs(P.decrypt_limbs(gpu, sk, c)[:8]) == from_limbs(m[:8])
 

@@ -566,9 +566,11 @@ class CudaEngine:
         return GpuBatch(self.lib, h), int(bad.value)
 
     def _fixed_base_args(self, op: str, tables: list[tuple[str, DeviceTable, int]], window: int,
-                         m: Limbs, Ln: int, a: np.ndarray) -> tuple[int, int, np.ndarray]:
-        """(nwin, n, a as contiguous uint64) after checking the tables (this device, shape
-        (nwin, 2^w − 1, L) with one nwin), m (n, Ln) and the exponents (n, La) against nwin·w."""
+                         m: Limbs, Ln: int, exps: dict[str, np.ndarray]
+                         ) -> tuple[int, int, list[np.ndarray]]:
+        """(nwin, n, the exponents as contiguous uint64, in order) after checking the tables (this
+        device, shape (nwin, 2^w − 1, L) with one nwin), m (n, Ln) and each exponent batch
+        (name -> (n, La), one La for all) against nwin·w."""
         if not 1 <= window <= 16:
             raise OperandError(f"gpu {op}: window must be in [1, 16], got {window}")
         nwin = tables[0][1].shape[0]
@@ -580,20 +582,26 @@ class CudaEngine:
             if t.shape != want:
                 raise _shape_error(op, name, str(want), t.shape)
         n = _need_rows(op, "m", m, Ln)
-        a = np.asarray(a)
-        if a.dtype != np.uint64 or a.ndim != 2 or a.shape[0] != n or a.shape[1] < 1:
-            raise OperandError(f"gpu {op}: a must be a uint64 array of shape ({n}, La >= 1), got "
-                               f"{a.dtype} {a.shape}")
-        a = np.ascontiguousarray(a)
-        # the kernel reads only the digits the table has: a longer exponent would be cut silently
-        check_covered(a, nwin * window)
-        return nwin, n, a
+        out: list[np.ndarray] = []
+        for name, a in exps.items():
+            a = np.asarray(a)
+            if a.dtype != np.uint64 or a.ndim != 2 or a.shape[0] != n or a.shape[1] < 1:
+                raise OperandError(f"gpu {op}: {name} must be a uint64 array of shape ({n}, "
+                                   f"La >= 1), got {a.dtype} {a.shape}")
+            if out and a.shape != out[0].shape:
+                raise _shape_error(op, name, str(out[0].shape), a.shape)
+            a = np.ascontiguousarray(a)
+            # the kernel reads only the digits the table has: a longer exponent would be cut
+            # silently
+            check_covered(a, nwin * window)
+            out.append(a)
+        return nwin, n, out
 
     def fixed_base(self, pub: DeviceKey, table: DeviceTable, window: int, m: Limbs,
                    a: np.ndarray) -> GpuBatch:
         op = "paillier_encrypt_fixed_base"
-        nwin, n, a = self._fixed_base_args(op, [("table", table, pub.sizes["L2"])], window, m,
-                                           pub.sizes["Ln"], a)
+        nwin, n, (a,) = self._fixed_base_args(op, [("table", table, pub.sizes["L2"])], window, m,
+                                              pub.sizes["Ln"], {"a": a})
         self._family(pub, True, op)
         return self._run(op, self.lib.unifl_gpu_fixed_base, None, [m], _ptr(a), a.shape[1], n,
                          lead=(pub.handle, table.handle, window, nwin))
@@ -605,10 +613,8 @@ class CudaEngine:
         op = "paillier_encrypt_owner_fixed_base"
         sz = owner.sizes
         tables = [("tp", tp, sz["Lp2"]), ("tq", tq, sz["Lq2"])]
-        nwin, n, ap = self._fixed_base_args(op, tables, window, m, sz["Ln"], ap)
-        _, _, aq = self._fixed_base_args(op, tables, window, m, sz["Ln"], aq)
-        if aq.shape != ap.shape:
-            raise _shape_error(op, "aq", str(ap.shape), aq.shape)
+        nwin, n, (ap, aq) = self._fixed_base_args(op, tables, window, m, sz["Ln"],
+                                                  {"ap": ap, "aq": aq})
         self._family(owner, True, op)
         return self._run(op, self.lib.unifl_gpu_owner_fixed_base, None, [m], _ptr(ap), _ptr(aq),
                          ap.shape[1], n, lead=(owner.handle, tp.handle, tq.handle, window, nwin))
