@@ -274,10 +274,20 @@ def test_splits_that_cost_more_than_predicted_stop_being_made(monkeypatch):
     """The pieces of a split run as their members' models say, but joining them costs 80 ms more:
     the split's own correction grows until the accelerator alone is predicted faster, and calls
     go there, each still exact."""
-    from unifl.scheduler import multi
     be = _dispatcher(split=True)
     m = random_odd_modulus(1024)
     _mont_mul(be, 4, m)
+    _costly_join(monkeypatch)
+    for _ in range(8):
+        _mont_mul(be, 400, m)                   # acc 0.25 s, cpu 0.4 s, together ~0.17 s + 0.08 s
+    rows = {r["route"]: r for r in be.dispatch_report() if r["op"] == "mont_mul"}
+    assert rows["split"]["calls"] >= 1 and rows["accelerator"]["calls"] >= 1
+    assert rows["split"]["calls"] + rows["accelerator"]["calls"] == 8
+
+
+def _costly_join(monkeypatch) -> None:
+    """Splits of mont_mul that cost 80 ms more than their pieces (joining them, say)."""
+    from unifl.scheduler import multi
     real = multi.SPLITS["mont_mul"]
 
     class CostlyJoin:
@@ -286,11 +296,55 @@ def test_splits_that_cost_more_than_predicted_stop_being_made(monkeypatch):
             time.sleep(0.08)
             return out
     monkeypatch.setitem(multi.SPLITS, "mont_mul", CostlyJoin())
+
+
+def test_what_a_job_learnt_of_its_splits_starts_the_next_job(fakes, private_cache, monkeypatch):
+    """A job's corrections go to the cache when its backend closes: the next job's first call of
+    that size goes where the last job's calls ended up, not to a split predicted from the chord
+    alone (which ran 2-3x its prediction on an H200).  Malformed or extreme factors in the cache
+    are dropped or clamped, never trusted."""
+    from unifl.scheduler import select
+    monkeypatch.setattr(select, "calibrate_at_start", lambda disp, bits: None)
+    cfg = PartyConfig.model_validate({
+        "party": "guest", "backend": "slow_to_start", "fallback": ["cpu"], "key_bits": 1024,
+        "dispatch": {"mode": "calibrated", "cpu": "steady_cpu", "calibration_budget_s": 0.3}})
+    _costly_join(monkeypatch)
+    m = random_odd_modulus(1024)
+    x = [(7 * i + 3) % m for i in range(400)]
+    args = (unifl.base_op.mont_context(m),) + (unifl.base_op.mont_context(m).to_limbs(x),) * 2
+    first = backend_from_config(cfg)
+    assert first.decide("mont_mul", args).route == "split"       # the chord's prediction
     for _ in range(8):
-        _mont_mul(be, 400, m)                   # acc 0.25 s, cpu 0.4 s, together ~0.17 s + 0.08 s
-    rows = {r["route"]: r for r in be.dispatch_report() if r["op"] == "mont_mul"}
-    assert rows["split"]["calls"] >= 1 and rows["accelerator"]["calls"] >= 1
-    assert rows["split"]["calls"] + rows["accelerator"]["calls"] == 8
+        _mont_mul(first, 400, m)
+    assert first.decide("mont_mul", args).route == "accelerator"
+    first.close()
+    data = json.loads((private_cache / dispatch.CACHE_FILE).read_text())
+    (pair, entry), = data["splits"].items()
+    assert entry["corrections"]["mont_mul|16|0"] > 1.2
+    # the next job on this machine: the cached correction decides its first call
+    again = backend_from_config(cfg)
+    assert again.selection.dispatch["calibration"]["cached_corrections"]["splits"] == 1
+    assert again.decide("mont_mul", args).route == "accelerator"
+    # a hostile or damaged cache: a factor that is not a number, not finite, or for no op is
+    # dropped; an extreme one is clamped to [1/8, 8] as the online correction is
+    entry["corrections"] = {"mont_mul|16|0": 1e300, "mont_exp|16|7": "x", "bogus|1|0": 2.0,
+                            "mont_prod_groups|16|0": float("nan"), "mont_mul|16|x": 3.0,
+                            "mont_inverse|16|0": True}
+    model_entry = next(iter(data["models"].values()))
+    model_entry["corrections"] = {"mont_mul|16|0": -5.0, "mont_exp|16|7": 2.0}
+    (private_cache / dispatch.CACHE_FILE).write_text(json.dumps(data))
+    acc, cpu = again.members
+    assert dispatch.load_split_corrections(acc, cpu) == {("mont_mul", 16, 0): 8.0}
+    loaded = [dispatch.load_model(mem).correction for mem in (acc, cpu)]
+    # a correction of a line the cache has no line for is dropped
+    assert {("mont_mul", 16, 0): 0.125} in loaded and all(
+        ("mont_exp", 16, 7) not in c for c in loaded)
+    # pinned jobs learn nothing and write nothing
+    pinned = PartyConfig.model_validate({**cfg.model_dump(), "dispatch": {
+        "mode": "pinned", "cpu": "steady_cpu", "pin": {"default": "cpu"}}})
+    before = (private_cache / dispatch.CACHE_FILE).read_text()
+    backend_from_config(pinned).close()
+    assert (private_cache / dispatch.CACHE_FILE).read_text() == before
 
 
 def test_cost_model_lines_and_corrections():

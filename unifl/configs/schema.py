@@ -104,7 +104,8 @@ class DispatchSection(Section):
     launch's jitter and a card shared with other work outweigh the gain).  ``split``: allow a call
     to be cut between both.  ``pin``: op name (or
     ``default``) -> ``accelerator`` | ``cpu``, for ``mode: pinned`` only.  ``cache``: read and
-    write the calibration cache.  ``calibration_budget_s``: the most one line's measurement may
+    write the calibration cache (the measured lines, and the corrections each job learnt of its
+    lines and splits, written back when the party's backend closes).  ``calibration_budget_s``: the most one line's measurement may
     take on one backend."""
     mode: Literal["off", "auto", "calibrated", "pinned"] = "off"
     cpu: Optional[str] = setting(None, check=_dispatch_cpu)

@@ -30,9 +30,12 @@ the CPU's time is linear.  The accelerator is picked only when predicted faster 
 corrected online (an exponentially weighted ratio of measured to predicted time, per line; a
 split's whole time corrects that line's splits too), and a call on the accelerator that took
 longer than the CPU's prediction is counted in the report (``slower_than_cpu``), so a violation
-is visible, never silent.  Outside the measured range
-(beyond the largest calibration size) the lines extrapolate; there the accelerator is the faster
-by construction of the measurement's stop rule.
+is visible, never silent.  Outside the measured range (beyond the largest calibration size) the
+lines extrapolate; there the accelerator is the faster by construction of the measurement's stop
+rule.  The corrections outlive the job: when the party's backend closes they are written to the
+cache beside the lines (a pair's split corrections keyed by both backends), and a ``calibrated``
+job starts from them -- otherwise each line's first split is made on the chord's prediction
+alone, and on an H200 about half the calls counted slower than the CPU were such first splits.
 
 Where models come from (the party YAML's ``dispatch.mode``):
 
@@ -40,7 +43,7 @@ Where models come from (the party YAML's ``dispatch.mode``):
   grouped-product lines mod n²) and written to the cache; a line that is met later for the first
   time (another op, another modulus, the fused Paillier ops, which need the party's key) is
   measured then, on the call's own arguments tiled to the calibration sizes;
-* ``calibrated``: loaded from the cache (a JSON file in the private per-user cache folder,
+* ``calibrated``: loaded from the cache, with the corrections earlier jobs left (a JSON file in the private per-user cache folder,
   :mod:`unifl.scheduler.cache`, keyed by backend, device, options, machine and code version; a
   line is keyed by op, limb count and exponent class, so by key size); what is missing is
   measured as in ``auto`` and written back;
@@ -61,7 +64,7 @@ import platform
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -160,8 +163,13 @@ class CostModel:
             self.correction.pop(key, None)
 
     def to_json(self) -> dict[str, list[float]]:
-        return {f"{op}|{limbs}|{ecls}": [ln.latency, ln.per_unit, ln.measured_units]
-                for (op, limbs, ecls), ln in sorted(self.lines.items())}
+        return {_key_text(key): [ln.latency, ln.per_unit, ln.measured_units]
+                for key, ln in sorted(self.lines.items())}
+
+    def corrections_to_json(self) -> dict[str, float]:
+        with self._lock:
+            return {_key_text(key): k for key, k in sorted(self.correction.items())
+                    if key in self.lines}
 
     @staticmethod
     def lines_from_json(data: Any) -> dict[LineKey, CostLine]:
@@ -170,15 +178,44 @@ class CostModel:
         if not isinstance(data, dict):
             return out
         for k, v in data.items():
+            key = _key_of(k)
             try:
-                op, limbs_s, ecls_s = str(k).split("|")
-                limbs, ecls = int(limbs_s), int(ecls_s)
                 lat, per, upto = (float(x) for x in v)
             except (ValueError, TypeError):
                 continue
-            if op in OPS and all(math.isfinite(x) and x >= 0 for x in (lat, per, upto)) and per > 0:
-                out[(op, limbs, ecls)] = CostLine(lat, per, upto)
+            if key is not None and all(math.isfinite(x) and x >= 0 for x in (lat, per, upto)) \
+                    and per > 0:
+                out[key] = CostLine(lat, per, upto)
         return out
+
+    @classmethod
+    def factors_from_json(cls, data: Any) -> dict[LineKey, float]:
+        """Correction factors of a cache entry, each clamped to [1/8, 8] as :meth:`blend` keeps
+        them; anything malformed or not finite is left out (then the factor starts at 1)."""
+        out: dict[LineKey, float] = {}
+        if not isinstance(data, dict):
+            return out
+        for k, v in data.items():
+            key = _key_of(k)
+            if key is None or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(v):
+                continue
+            out[key] = min(8.0, max(0.125, float(v)))
+        return out
+
+
+def _key_text(key: LineKey) -> str:
+    return f"{key[0]}|{key[1]}|{key[2]}"
+
+
+def _key_of(text: Any) -> LineKey | None:
+    """The line key written as ``op|limbs|class`` (None when malformed or not an op)."""
+    try:
+        op, limbs_s, ecls_s = str(text).split("|")
+        key = (op, int(limbs_s), int(ecls_s))
+    except (ValueError, TypeError):
+        return None
+    return key if op in OPS and key[1] > 0 and key[2] >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -361,21 +398,70 @@ def backend_cache_key(member: Backend) -> str:
                      platform.machine(), f"unifl-{__version__}"])
 
 
+def _pair_cache_key(accelerator: Backend, cpu: Backend) -> str:
+    """What the splits of an (accelerator, CPU backend) pair are cached under."""
+    return f"{backend_cache_key(accelerator)}||{backend_cache_key(cpu)}"
+
+
+def _fresh_entry(section: str, key: str) -> dict[str, Any]:
+    """The cache's entry ``key`` of ``section`` ({} when absent, expired or malformed)."""
+    data = cache.read_json(CACHE_FILE)
+    table = data.get(section) if data.get("version") == CACHE_VERSION else None
+    entry = table.get(key) if isinstance(table, dict) else None
+    try:
+        fresh = isinstance(entry, dict) and time.time() - float(entry.get("at", 0)) <= CACHE_TTL_S
+    except (TypeError, ValueError):
+        fresh = False
+    return entry if fresh and isinstance(entry, dict) else {}
+
+
 def load_lines(member: Backend) -> dict[LineKey, CostLine]:
     """The cached lines of ``member`` (none when absent, expired or malformed)."""
-    entry = cache.read_json(CACHE_FILE).get("models", {}).get(backend_cache_key(member))
-    if not isinstance(entry, dict) or time.time() - float(entry.get("at", 0)) > CACHE_TTL_S:
-        return {}
-    return CostModel.lines_from_json(entry.get("lines"))
+    return CostModel.lines_from_json(_fresh_entry("models", backend_cache_key(member)).get("lines"))
 
 
-def store_lines(member: Backend, model: CostModel) -> None:
-    """Write ``member``'s lines into the cache (read, merged, replaced atomically)."""
+def load_model(member: Backend) -> CostModel:
+    """``member``'s cost model from the cache: its lines, each with the correction the jobs that
+    ran on it left (a factor for a line the cache has no line for is dropped)."""
+    entry = _fresh_entry("models", backend_cache_key(member))
+    model = CostModel(member.describe(), CostModel.lines_from_json(entry.get("lines")))
+    model.correction = {k: f for k, f in CostModel.factors_from_json(
+        entry.get("corrections")).items() if k in model.lines}
+    return model
+
+
+def load_split_corrections(accelerator: Backend, cpu: Backend) -> dict[LineKey, float]:
+    """The cached split corrections of the pair (see DispatchBackend._observe_split)."""
+    return CostModel.factors_from_json(
+        _fresh_entry("splits", _pair_cache_key(accelerator, cpu)).get("corrections"))
+
+
+def update_cache(update: Callable[[dict[str, Any]], None]) -> None:
+    """Read the cache file, let ``update`` change its tables (``models``: a backend's lines and
+    their corrections; ``splits``: a pair's split corrections), and replace it atomically."""
     data = cache.read_json(CACHE_FILE)
     if data.get("version") != CACHE_VERSION or not isinstance(data.get("models"), dict):
         data = {"version": CACHE_VERSION, "models": {}}
-    data["models"][backend_cache_key(member)] = {"at": time.time(), "lines": model.to_json()}
+    if not isinstance(data.get("splits"), dict):
+        data["splits"] = {}
+    update(data)
     cache.write_json(CACHE_FILE, data)
+
+
+def put_model(data: dict[str, Any], member: Backend, model: CostModel, measured: bool) -> None:
+    """Set ``member``'s entry of the cache's ``data``: its lines and their corrections.  The
+    entry's age, which expires it after CACHE_TTL_S, is its lines' age: renewed when lines were
+    ``measured``, kept when only corrections are written back."""
+    key = backend_cache_key(member)
+    old = data["models"].get(key)
+    at = old.get("at") if isinstance(old, dict) and not measured else None
+    data["models"][key] = {"at": at if isinstance(at, (int, float)) else time.time(),
+                           "lines": model.to_json(), "corrections": model.corrections_to_json()}
+
+
+def store_lines(member: Backend, model: CostModel) -> None:
+    """Write ``member``'s freshly measured lines into the cache."""
+    update_cache(lambda data: put_model(data, member, model, measured=True))
 
 
 @dataclass
@@ -395,7 +481,8 @@ class DispatchBackend(MultiDeviceBackend):
     mid-run is retired and its piece re-run on the other (then every call runs there)."""
 
     def __init__(self, accelerator: Backend, cpu: Backend, policy: DispatchPolicy,
-                 models: tuple[CostModel, CostModel] | None = None) -> None:
+                 models: tuple[CostModel, CostModel] | None = None,
+                 split_corrections: dict[LineKey, float] | None = None) -> None:
         super().__init__([accelerator, cpu], ThreadExecutor(2), min_rows=1, failover="members")
         self.policy = policy
         # an op is native here when either side has it: each side runs it natively or composes
@@ -412,8 +499,9 @@ class DispatchBackend(MultiDeviceBackend):
         self._tls = threading.local()
         self._stats: dict[tuple[str, str, str], _RouteStats] = {}
         self._stats_lock = threading.Lock()
-        #: per line, the measured/predicted time of its splits (see _observe_split)
-        self._split_correction: dict[LineKey, float] = {}
+        #: per line, the measured/predicted time of its splits (see _observe_split); the
+        #: cache's, left by earlier jobs on this pair, when given
+        self._split_correction: dict[LineKey, float] = dict(split_corrections or {})
         self._calibrating: dict[LineKey, threading.Lock] = {}
         self._cal_lock = threading.Lock()
         #: where the lines came from, for the selection record
@@ -462,10 +550,35 @@ class DispatchBackend(MultiDeviceBackend):
                                                      self.policy.max_rows, accelerator=i == 0))
             log.info("dispatch: measured %s (%d limbs, exponent class %d) in %.2f s: %s", op,
                      key[1], key[2], time.perf_counter() - t0, self._crossover_text(key))
-            self.calibration["measured"].append(f"{op}|{key[1]}|{key[2]}")
+            self.calibration["measured"].append(_key_text(key))
             if self.policy.cache:
                 for member, model in zip(self.members, self.models):
                     store_lines(member, model)
+
+    def save_corrections(self) -> None:
+        """Write what this job learnt of its lines back to the cache: each member's line
+        corrections and the pair's split corrections, so that the next job on this machine starts
+        from them.  Why: a line's first split was made on the chord's prediction alone, and on an
+        H200 about half the calls counted slower than the CPU were such first splits."""
+        if not self.policy.cache or self.policy.mode == "pinned":
+            return
+        with self._stats_lock:
+            splits = {_key_text(k): f for k, f in sorted(self._split_correction.items())}
+
+        def update(data: dict[str, Any]) -> None:
+            for member, model in zip(self.members, self.models):
+                if model.lines:
+                    put_model(data, member, model, measured=False)
+            if splits:
+                data["splits"][_pair_cache_key(self.accelerator, self.cpu)] = {
+                    "at": time.time(), "corrections": splits}
+        update_cache(update)
+
+    def close(self) -> None:
+        try:
+            self.save_corrections()
+        finally:
+            super().close()
 
     def _crossover_text(self, key: LineKey) -> str:
         a, c = (m.corrected(key) for m in self.models)

@@ -27,8 +27,8 @@ from ..core.backend import Backend, Request
 from ..core.errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
-from .dispatch import (CostModel, DispatchBackend, DispatchPolicy, calibrate_at_start,
-                       load_lines)
+from .dispatch import (DispatchBackend, DispatchPolicy, calibrate_at_start, load_model,
+                       load_split_corrections)
 from . import tuning
 from .executor import make_executor
 from .fallback import ChainMember, FallbackChain
@@ -176,13 +176,15 @@ def with_dispatch(cfg: PartyConfig, accelerator: CountingBackend | MultiDeviceBa
     policy = DispatchPolicy(mode=mode, margin=d.margin, min_gain_s=d.min_gain_ms / 1000,
                             split=d.split, pin=dict(d.pin),
                             cache=d.cache, budget_s=d.calibration_budget_s)
-    models = None
+    models, splits = None, None
     if d.mode == "calibrated" and d.cache:
-        models = (CostModel(accelerator.describe(), load_lines(accelerator)),
-                  CostModel(cpu.describe(), load_lines(cpu)))
-    disp = DispatchBackend(accelerator, cpu, policy, models)
+        models = (load_model(accelerator), load_model(cpu))
+        splits = load_split_corrections(accelerator, cpu)
+    disp = DispatchBackend(accelerator, cpu, policy, models, splits)
     if models is not None:
         disp.calibration["cached"] = len(models[0].lines)
+        disp.calibration["cached_corrections"] = {
+            "lines": sum(len(m.correction) for m in models), "splits": len(splits or {})}
     if d.mode == "auto" or (d.mode == "calibrated" and not disp.models[0].lines):
         calibrate_at_start(disp, cfg.key_bits)
     note.update({"active": True, "accelerator": accelerator.describe(), "cpu": cpu.describe(),
