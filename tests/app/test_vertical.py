@@ -43,9 +43,12 @@ def test_psi_protocol_functions_same_order():
 
 
 # ------------------------------------------------------------------ vertical LR / LinR
-def test_vlr_breast_equals_reference():
+def test_vlr_breast_equals_reference(monkeypatch):
     j = job("vlr", l2=0.01)
+    reads = _count_reads(monkeypatch)
     res = run_local(j, BE)
+    assert reads == {"guest": 1, "host": 1}
+    monkeypatch.undo()
     json.dumps(res)  # results are JSON-serialisable
     ref = reference_for(j)
     assert_same_model(res, ref)
@@ -72,9 +75,27 @@ def test_vlr_arbiter_variant_equals_reference():
     assert {r["subtask"] for r in res["arbiter"]["timings"]} >= {"VFL: decrypt masked gradients"}
 
 
-def test_psi_then_vlr_on_intersection():
+def _count_reads(monkeypatch) -> dict[str, int]:
+    """Each role's reads of its data file, through the names the job's modules call."""
+    from collections import Counter
+
+    from unifl.app import vertical
+    reads: Counter = Counter()
+
+    def counted(dataset, role, *a, **k):
+        reads[role] += 1
+        return load_party(dataset, role, *a, **k)
+    monkeypatch.setattr(vertical, "load_party", counted)
+    monkeypatch.setattr(psi, "load_party", counted)
+    return reads
+
+
+def test_psi_then_vlr_on_intersection(monkeypatch):
     j = job("psi+vlr", drop_fraction=0.05, epochs=2)
+    reads = _count_reads(monkeypatch)
     res = run_local(j, BE)
+    assert reads == {"guest": 1, "host": 1}     # each party reads its file once: ids, then rows
+    monkeypatch.undo()
     jj = validate_job(j)
     ids = psi.plain_intersection(psi.party_ids("guest", jj, None), psi.party_ids("host", jj, None))
     assert res["guest"]["intersection_size"] == len(ids)

@@ -45,7 +45,7 @@ from ..core.errors import ConfigError, ProtocolViolation, SignatureError, WeakKe
 from ..phe_sdk import rsa, rsa_proof
 from ..phe_sdk.rsa import full_domain_hash
 from .channel import Channel
-from .data import load_party, sorted_ids
+from .data import PartyData, load_party, sorted_ids
 from .params import PsiParams, params_of
 from .timing import Timings
 
@@ -273,9 +273,11 @@ def _psi_params(job: dict) -> PsiParams:
     return p
 
 
-def party_ids(role: str, job: dict, data_dir: str | None) -> list[str]:
-    """This party's ids for a PSI job after the demo's dropping (params drop_fraction)."""
-    ids = load_party(job["dataset"], role, data_dir).ids
+def party_ids(role: str, job: dict, data_dir: str | None, data: PartyData | None = None
+              ) -> list[str]:
+    """This party's ids for a PSI job after the demo's dropping (params drop_fraction);
+    ``data``: the party's file, when the caller has read it already."""
+    ids = (data if data is not None else load_party(job["dataset"], role, data_dir)).ids
     return drop_ids(ids, _psi_params(job).drop_fraction, job["seed"], role)
 
 

@@ -944,9 +944,11 @@ def _params(job: dict) -> VerticalParams:
 
 
 def train(role: str, job: dict, channel: Channel, backend: Backend | None, task: str,
-          ids: list[str] | None, data_dir: str | None, progress: bool, timings: Timings) -> dict:
+          ids: list[str] | None, data_dir: str | None, progress: bool, timings: Timings,
+          data: PartyData | None = None) -> dict:
     """This party's side of vertical LR ("lr") or LinR ("linr") on the rows ``ids``
-    (None: the party's own ids, checked equal to the peer's)."""
+    (None: the party's own ids, checked equal to the peer's); ``data``: the party's file, when
+    the caller has read it already (for the PSI's ids)."""
     p = _params(job)
     arbiter = "arbiter" in job["parties"]
     if role == "arbiter":
@@ -967,9 +969,9 @@ def train(role: str, job: dict, channel: Channel, backend: Backend | None, task:
         synthetic.check_alignment(role, peer, channel, spec.rows)
         src = synthetic.SyntheticParty(spec, role, job["seed"], p.test_fraction, p.fit_intercept)
     else:
-        data = None
         if ids is None:
-            data = load_party(job["dataset"], role, data_dir)    # read once, for ids and rows
+            if data is None:
+                data = load_party(job["dataset"], role, data_dir)    # read once, for ids and rows
             ids = sorted_ids(data.ids)
             _check_alignment(role, peer, channel, ids)
         src = prepare(role, job["dataset"], ids, p, job["seed"], data_dir, data)
@@ -984,14 +986,17 @@ def _run(role: str, job: dict[str, Any], channel: Channel, backend: Backend | No
     timings = Timings()
     ids = None
     result: dict = {}
+    data = None
     if with_psi:
         if role != "arbiter":
-            own = psi.party_ids(role, job, data_dir)
+            if job["dataset"] != synthetic.SYNTHETIC:
+                data = load_party(job["dataset"], role, data_dir)   # read once: ids, then rows
+            own = psi.party_ids(role, job, data_dir, data)
             ids = psi.intersect(role, job, channel, backend, own, timings)
             result["intersection_size"] = len(ids)
         else:
             ids = []
-    out = train(role, job, channel, backend, task, ids, data_dir, progress, timings)
+    out = train(role, job, channel, backend, task, ids, data_dir, progress, timings, data)
     result.update({"role": role, "metrics": out["metrics"], "model": out["model"],
                    "timings": timings.rows()})
     if "overlap" in out:
