@@ -71,9 +71,21 @@ def assert_same_tree(fed, ref, path="root"):
 @pytest.mark.parametrize("dataset,params", [("breast", {}),
                                             ("default_credit", {"max_rows": 300, "n_trees": 2,
                                                                 "max_depth": 2})])
-def test_secureboost_equals_reference(dataset, params):
+def test_secureboost_equals_reference(dataset, params, monkeypatch):
     job = sb_job(dataset, **params)
+    from collections import Counter
+
+    from unifl.app import binning
+    reads: Counter = Counter()
+
+    def counted(dataset, role, *a, **k):
+        reads[role] += 1
+        return load_party(dataset, role, *a, **k)
+    for module in (sbt_protocol, binning):
+        monkeypatch.setattr(module, "load_party", counted)
     res = run_local(job, BE)
+    assert reads == {"guest": 1, "host": 1}     # each party reads its file once: ids, then rows
+    monkeypatch.undo()
     json.dumps(res)  # results are JSON-serialisable
     ref = reference_for(job)
     model = res["guest"]["model"]

@@ -24,8 +24,8 @@ BE = unifl.backend("native")
 def run_with_fake_feature(monkeypatch, pick) -> dict:
     real = sbt_protocol._prepare
 
-    def prepare(role, job, p, ids, data_dir):
-        bins_tr, bins_te, edges, y_tr, y_te = real(role, job, p, ids, data_dir)
+    def prepare(role, job, p, ids, data_dir, data=None):
+        bins_tr, bins_te, edges, y_tr, y_te = real(role, job, p, ids, data_dir, data)
         if role == "host":
             # the host's guess of a row set (the test's oracle stands in for its luck)
             labels = real("guest", job, p, ids, data_dir)[3]

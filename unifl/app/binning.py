@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import load_party, subsample_ids, train_test_split
+from .data import PartyData, load_party, subsample_ids, train_test_split
 
 
 def quantile_edges(X: np.ndarray, num_bins: int) -> list[np.ndarray]:
@@ -44,11 +44,14 @@ class BinnedParty:
 
 def binned_party(dataset: str, role: str, ids: list[str], *, seed: int, num_bins: int,
                  test_fraction: float, max_rows: int | None,
-                 data_dir: str | None = None) -> BinnedParty:
+                 data_dir: str | None = None, data: PartyData | None = None) -> BinnedParty:
     """Rows ``ids`` of this party's file (canonical order), subsampled to ``max_rows`` by ``seed``,
     split train/test by ``seed``, binned by train quantiles: what both parties of a tree job and
-    the plaintext reference compute from the same job."""
-    data = load_party(dataset, role, data_dir).select(subsample_ids(ids, max_rows, seed))
+    the plaintext reference compute from the same job.  ``data``: the file, when the caller has
+    read it already."""
+    if data is None:
+        data = load_party(dataset, role, data_dir)
+    data = data.select(subsample_ids(ids, max_rows, seed))
     tr, te = train_test_split(len(data.ids), seed, test_fraction)
     edges = quantile_edges(data.X[tr], num_bins)
     return BinnedParty(apply_bins(data.X[tr], edges), apply_bins(data.X[te], edges), edges,

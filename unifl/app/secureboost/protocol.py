@@ -60,7 +60,7 @@ from ..batching import chunk_bounds
 from ..binning import apply_bins, binned_party, quantile_edges
 from ..channel import Channel
 from ..chunks import recv_chunk, recv_end, send_chunk, send_end
-from ..data import load_party, sorted_ids
+from ..data import PartyData, load_party, sorted_ids
 from ..metrics import roc_auc, sigmoid
 from ..params import BoostParams, check_peer_scale, params_of
 from ..timing import Timings, progress_bar
@@ -211,8 +211,8 @@ class _RemoteHost:
         return [int(r) for r in records], list(reply["left"])
 
 
-def _prepare(role: str, job: dict[str, Any], p: BoostParams, ids: list[str], data_dir: str | None
-             ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None,
+def _prepare(role: str, job: dict[str, Any], p: BoostParams, ids: list[str], data_dir: str | None,
+             data: PartyData | None = None) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None,
                         np.ndarray | None]:
     """(train bins, test bins, edges, train labels, test labels) of this party.  The synthetic
     dataset is materialised here: the bins need each column's train quantiles (the streamed part
@@ -223,13 +223,15 @@ def _prepare(role: str, job: dict[str, Any], p: BoostParams, ids: list[str], dat
         edges = quantile_edges(X_tr, p.num_bins)
         return apply_bins(X_tr, edges), apply_bins(X_te, edges), edges, y_tr, y_te
     b = binned_party(job["dataset"], role, ids, seed=job["seed"], num_bins=p.num_bins,
-                     test_fraction=p.test_fraction, max_rows=p.max_rows, data_dir=data_dir)
+                     test_fraction=p.test_fraction, max_rows=p.max_rows, data_dir=data_dir,
+                     data=data)
     return b.train, b.test, b.edges, b.y_train, b.y_test
 
 
 def _guest(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | None, t: Timings,
-           ids: list[str], data_dir: str | None, progress: bool) -> dict:
-    bins_tr, bins_te, _, y_tr, y_te = _prepare("guest", job, p, ids, data_dir)
+           ids: list[str], data_dir: str | None, progress: bool, data: PartyData | None = None
+           ) -> dict:
+    bins_tr, bins_te, _, y_tr, y_te = _prepare("guest", job, p, ids, data_dir, data)
     if y_tr is None or y_te is None or not set(np.unique(y_tr)) <= {0.0, 1.0}:
         raise ConfigError("secureboost needs binary 0/1 labels")
     check_pack_capacity(len(y_tr), p.scale_bits)
@@ -279,8 +281,8 @@ def _guest(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | 
 
 
 def _host(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | None, t: Timings,
-          ids: list[str], data_dir: str | None) -> dict:
-    bins_tr, bins_te, edges, _, _ = _prepare("host", job, p, ids, data_dir)
+          ids: list[str], data_dir: str | None, data: PartyData | None = None) -> dict:
+    bins_tr, bins_te, edges, _, _ = _prepare("host", job, p, ids, data_dir, data)
     pk = channel.recv("guest", "sbt/pk")
     if not isinstance(pk, paillier.PublicKey):
         raise ProtocolViolation(f"SBT host: guest sent a {type(pk).__name__} where its Paillier "
@@ -407,14 +409,15 @@ def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
         synthetic.check_alignment(role, peer, channel, rows)
         ids: list[str] = []          # the synthetic rows are generated, not selected by id
         source = f"synthetic(rows={rows}, seed={job['seed']})"
+        own = None
     else:
-        own = load_party(job["dataset"], role, data_dir)
+        own = load_party(job["dataset"], role, data_dir)     # read once: ids, then rows
         ids = sorted_ids(own.ids)
         check_alignment(role, peer, channel, ids)
         source = own.source.rsplit("/", 1)[-1]
     if role == "guest":
-        out = _guest(job, p, channel, backend, t, ids, data_dir, progress)
+        out = _guest(job, p, channel, backend, t, ids, data_dir, progress, own)
     else:
-        out = _host(job, p, channel, backend, t, ids, data_dir)
+        out = _host(job, p, channel, backend, t, ids, data_dir, own)
     out["metrics"]["data_file"] = source
     return {"role": role, **out, "timings": t.rows()}
