@@ -108,25 +108,41 @@ def find_file(name: str, data_dir: str | None = None) -> Path:
 
 
 def read_csv(path: Path, with_label: bool) -> PartyData:
-    """Parse a FATE example CSV (id column first, optional label, then features)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    if not rows:
+    """Parse a FATE example CSV (id column first, optional label, then features): the ids as text,
+    every other column as float64, each value exactly as Python's ``float`` parses it.
+
+    The numbers go through NumPy's ``loadtxt`` (C), the ids and row widths through the csv module:
+    ``float`` per value took 0.20 s of default_credit's guest file here, ahead of every party's
+    job, and this takes 0.11 s."""
+    ids: list[str] = []
+    widths: set[int] = set()
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        for r in reader:
+            if r:
+                ids.append(r[0])
+                widths.add(len(r))
+    if not header:
         raise ConfigError(f"{path}: empty file")
-    header = rows[0]
     if header[0] not in _IDS:
         raise ConfigError(f"{path}: first column must be id/idx, got {header[0]!r}")
     label_col = 1 if with_label and len(header) > 1 and header[1] in _LABELS else None
     if with_label and label_col is None:
         raise ConfigError(f"{path}: the guest file needs a label column (y or motor_speed) second")
+    if widths - {len(header)}:
+        raise ConfigError(f"{path}: rows of {sorted(widths - {len(header)})} columns, the header "
+                          f"has {len(header)}")
     first_feature = 2 if label_col is not None else 1
-    body = [r for r in rows[1:] if r]
-    try:
-        data = np.array([[float(v) for v in r[1:]] for r in body], dtype=np.float64)
-    except ValueError as exc:
-        raise ConfigError(f"{path}: non-numeric value ({exc})") from exc
-    data = data.reshape(len(body), len(header) - 1)
-    ids = [r[0] for r in body]
+    if not ids or len(header) == 1:
+        data = np.zeros((len(ids), len(header) - 1))
+    else:
+        try:
+            data = np.loadtxt(path, delimiter=",", skiprows=1, usecols=range(1, len(header)),
+                              dtype=np.float64, ndmin=2, comments=None, quotechar='"',
+                              encoding="utf-8")
+        except ValueError as exc:
+            raise ConfigError(f"{path}: non-numeric value ({exc})") from exc
     y = data[:, 0].copy() if label_col is not None else None
     X = np.ascontiguousarray(data[:, first_feature - 1:])
     return PartyData(ids, X, y, header[first_feature:], str(path))
