@@ -137,6 +137,27 @@ def test_two_offenders_whose_product_is_zero_mod_n(keys):
         pk.check_ciphertexts([pk.raw_encrypt([1])[0], _nonunit(sk, "p"), _nonunit(sk, "q")])
 
 
+@pytest.mark.parametrize("name", AVAILABLE)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(min_value=1, max_value=40), st.data())
+def test_the_unit_check_on_a_backend_refuses_exactly_what_gmpy2_refuses(keys, name, count, data):
+    """With a backend, the ciphertexts' product is one grouped Montgomery product there (what a
+    party runs on every received batch); the verdict and the index named are gmpy2's, for units,
+    one multiple of p or q, and a pair whose product is 0 mod n."""
+    pk, sk = keys
+    be = unifl.backend(name)
+    rng = np.random.default_rng(data.draw(st.integers(min_value=0, max_value=2**64 - 1)))
+    units = [int(x) for x in pk.raw_encrypt([int(v) for v in rng.integers(0, 1000, count)])]
+    pk.check_ciphertexts(pk.nsquare_ctx.to_limbs(units), be)
+    idx = data.draw(st.integers(min_value=0, max_value=count))
+    bad = data.draw(st.sampled_from([[_nonunit(sk, "p")], [_nonunit(sk, "q")],
+                                     [_nonunit(sk, "p"), _nonunit(sk, "q")]]))
+    hostile = pk.nsquare_ctx.to_limbs(units[:idx] + bad + units[idx:])
+    for backend in (None, be):
+        with pytest.raises(InvalidCiphertextError, match=f"#{idx} is not a unit"):
+            pk.check_ciphertexts(hostile, backend)
+
+
 # ----------------------------------------------------------------------- second line
 @pytest.mark.parametrize("name", AVAILABLE)
 @pytest.mark.parametrize("factor", ["p", "q", "n"])

@@ -171,7 +171,7 @@ class CiphertextBatch:
         """
         be = resolve_backend(backend)
         plain = np.ascontiguousarray(ciphertexts, dtype=np.uint64)
-        require_units(public_key, plain)
+        require_units(public_key, plain, be)
         return cls(public_key, base_op.to_mont(be, public_key.nsquare_ctx, plain), be, bound)
 
     @classmethod

@@ -216,19 +216,21 @@ class PublicKey:
         c = self.nsquare_ctx.to_limbs(vals)
         return base_op.to_mont(be, self.nsquare_ctx, c)
 
-    def check_ciphertexts(self, ciphertexts: "Sequence[int] | np.ndarray") -> None:
+    def check_ciphertexts(self, ciphertexts: "Sequence[int] | np.ndarray",
+                          backend: Backend | str | None = None) -> None:
         """Refuse any ciphertext that is not a unit mod n² in [1, n²).
 
         A value sharing a factor with n (a multiple of p, q or n) decrypts, on the CRT path, to a
         value that reveals p + q, i.e. the factorisation; every ciphertext that comes from outside
         goes through this check (or :func:`require_units`) before it can reach a decryption.
         Accepts Python ints or plain (non-Montgomery) (N, L) limbs mod n².  Costs one modular
-        multiplication per element and a single gcd (the offenders are only located on failure).
+        multiplication per element (on ``backend`` when given) and a single gcd (the offenders are
+        only located on failure).
 
         Raises:
             InvalidCiphertextError: naming the index of the first offending ciphertext.
         """
-        require_units(self, ciphertexts)
+        require_units(self, ciphertexts, backend)
 
 
 class PrivateKey:
@@ -349,12 +351,17 @@ class PrivateKey:
         return from_limbs(decrypt_limbs(be, self, c_mont))
 
 
-def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray") -> None:
+def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray",
+                  backend: Backend | str | None = None) -> None:
     """Check that every ciphertext lies in [1, n²) and is a unit mod n (gcd(c, n) = 1).
 
     ``ciphertexts``: Python ints, or plain (non-Montgomery) limbs of shape (N, L) mod n².  The unit
-    test multiplies all c mod n together and takes one gcd with n (O(1) big-int operations per
-    element); only when that gcd is not 1 are the offenders looked for one by one.
+    test multiplies all c together and takes one gcd with n; only when that gcd is not 1 are the
+    offenders looked for one by one.  With a ``backend``, limbs are multiplied there: one grouped
+    Montgomery product mod n², ∏c·R^j for an integer j, whose gcd with n is that of ∏c (R is a
+    power of two, a unit mod the odd n, and n divides n²); a 2048-bit key's 24,000 ciphertexts
+    took 0.137 s through gmpy2 here and 0.065 s on ``native``.  Without, all c mod n are
+    multiplied with gmpy2.
 
     Raises:
         InvalidCiphertextError: out of range or not a unit, naming the index of the first offender.
@@ -381,11 +388,19 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray") -> N
             if not 0 < v < pk.nsquare:
                 raise InvalidCiphertextError(f"ciphertext #{i} is outside [1, n²)")
     n = gmpy2.mpz(pk.n)
-    acc = gmpy2.mpz(1)
-    for v in values:
-        acc = acc * (v % n) % n
-    if gmpy2.gcd(acc, n) == 1:
-        return
+    if limbs is not None and backend is not None:
+        if len(limbs) == 0:
+            return
+        prod = mod_op.mont_prod_groups(resolve_backend(backend), ctx, limbs,
+                                       np.zeros(len(limbs), np.int64), 1)
+        if gmpy2.gcd(from_limbs(np.asarray(prod))[0], n) == 1:
+            return
+    else:
+        acc = gmpy2.mpz(1)
+        for v in values:
+            acc = acc * (v % n) % n
+        if gmpy2.gcd(acc, n) == 1:
+            return
     # a product of units is a unit, so some element shares a factor with n: name the first
     vals = values if limbs is None else from_limbs(limbs)
     for i, v in enumerate(vals):
