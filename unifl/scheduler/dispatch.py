@@ -43,10 +43,10 @@ Where models come from (the party YAML's ``dispatch.mode``):
   grouped-product lines mod n²) and written to the cache; a line that is met later for the first
   time (another op, another modulus, the fused Paillier ops, which need the party's key) is
   measured then, on the call's own arguments tiled to the calibration sizes;
-* ``calibrated``: loaded from the cache, with the corrections earlier jobs left (a JSON file in the private per-user cache folder,
-  :mod:`unifl.scheduler.cache`, keyed by backend, device, options, machine and code version; a
-  line is keyed by op, limb count and exponent class, so by key size); what is missing is
-  measured as in ``auto`` and written back;
+* ``calibrated``: loaded from the cache, with the corrections earlier jobs left (a JSON file in
+  the private per-user cache folder, :mod:`unifl.scheduler.cache`, keyed by backend, device,
+  options, machine and code version; a line is keyed by op, limb count and exponent class, so by
+  key size); what is missing is measured as in ``auto`` and written back;
 * ``pinned``: no model: each op runs where ``dispatch.pin`` says (``accelerator`` or ``cpu``, by
   op name or ``default``), and no guarantee is claimed.
 
@@ -188,8 +188,8 @@ class CostModel:
                 out[key] = CostLine(lat, per, upto)
         return out
 
-    @classmethod
-    def factors_from_json(cls, data: Any) -> dict[LineKey, float]:
+    @staticmethod
+    def factors_from_json(data: Any) -> dict[LineKey, float]:
         """Correction factors of a cache entry, each clamped to [1/8, 8] as :meth:`blend` keeps
         them; anything malformed or not finite is left out (then the factor starts at 1)."""
         out: dict[LineKey, float] = {}
@@ -436,7 +436,7 @@ def load_split_corrections(accelerator: Backend, cpu: Backend) -> dict[LineKey, 
         _fresh_entry("splits", _pair_cache_key(accelerator, cpu)).get("corrections"))
 
 
-def update_cache(update: Callable[[dict[str, Any]], None]) -> None:
+def _update_cache(update: Callable[[dict[str, Any]], None]) -> None:
     """Read the cache file, let ``update`` change its tables (``models``: a backend's lines and
     their corrections; ``splits``: a pair's split corrections), and replace it atomically."""
     data = cache.read_json(CACHE_FILE)
@@ -448,7 +448,7 @@ def update_cache(update: Callable[[dict[str, Any]], None]) -> None:
     cache.write_json(CACHE_FILE, data)
 
 
-def put_model(data: dict[str, Any], member: Backend, model: CostModel, measured: bool) -> None:
+def _put_model(data: dict[str, Any], member: Backend, model: CostModel, measured: bool) -> None:
     """Set ``member``'s entry of the cache's ``data``: its lines and their corrections.  The
     entry's age, which expires it after CACHE_TTL_S, is its lines' age: renewed when lines were
     ``measured``, kept when only corrections are written back."""
@@ -461,7 +461,7 @@ def put_model(data: dict[str, Any], member: Backend, model: CostModel, measured:
 
 def store_lines(member: Backend, model: CostModel) -> None:
     """Write ``member``'s freshly measured lines into the cache."""
-    update_cache(lambda data: put_model(data, member, model, measured=True))
+    _update_cache(lambda data: _put_model(data, member, model, measured=True))
 
 
 @dataclass
@@ -568,11 +568,11 @@ class DispatchBackend(MultiDeviceBackend):
         def update(data: dict[str, Any]) -> None:
             for member, model in zip(self.members, self.models):
                 if model.lines:
-                    put_model(data, member, model, measured=False)
+                    _put_model(data, member, model, measured=False)
             if splits:
                 data["splits"][_pair_cache_key(self.accelerator, self.cpu)] = {
                     "at": time.time(), "corrections": splits}
-        update_cache(update)
+        _update_cache(update)
 
     def close(self) -> None:
         try:

@@ -252,7 +252,7 @@ class PrivateKey:
             public_key=self.public_key.material, p=p, q=q,
             psquare_ctx=psquare_ctx, qsquare_ctx=qsquare_ctx,
             # h_p = L_p(g^(p-1) mod p²)^-1 mod p with g = n + 1
-            # (GMP's powmod: Python's pow took 10 ms a prime at 2048 bits, a tenth of keygen)
+            # (GMP's powmod: Python's pow took 11.7 ms a prime at 2048 bits, GMP 1.3 ms)
             hp=int(gmpy2.invert((gmpy2.powmod(n + 1, p - 1, self.psquare) - 1) // p, p)),
             hq=int(gmpy2.invert((gmpy2.powmod(n + 1, q - 1, self.qsquare) - 1) // q, q)),
             q_inverse=int(gmpy2.invert(q, p)),
