@@ -367,8 +367,6 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray",
         InvalidCiphertextError: out of range or not a unit, naming the index of the first offender.
     """
     ctx = pk.nsquare_ctx
-    n = gmpy2.mpz(pk.n)
-    values: Iterable[Any]
     if isinstance(ciphertexts, np.ndarray) or hasattr(ciphertexts, "__array__"):
         limbs = np.asarray(ciphertexts, dtype=np.uint64)
         if limbs.ndim != 2 or limbs.shape[1] != ctx.num_limbs:
@@ -377,42 +375,39 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray",
         bad = ~less_than(limbs, ctx.m_limbs) | ~limbs.any(axis=1)
         if bad.any():
             raise InvalidCiphertextError(f"ciphertext #{int(np.argmax(bad))} is outside [1, n²)")
-        if backend is not None and len(limbs):
-            prod = mod_op.mont_prod_groups(resolve_backend(backend), ctx, limbs,
-                                           np.zeros(len(limbs), np.int64), 1)
-            if gmpy2.gcd(from_limbs(np.asarray(prod))[0], n) == 1:
-                return
-        else:
-            # gmpy2's portable binary form of a positive mpz is b"\x01\x01" + little-endian
-            # magnitude: straight from the limb bytes, cheaper than going through Python ints
-            # (docs/perf.md §4)
-            raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
-            width, from_binary = 8 * ctx.num_limbs, gmpy2.from_binary
-            if _all_units((from_binary(b"\x01\x01" + raw[i:i + width])
-                           for i in range(0, len(raw), width)), n):
-                return
-        values = from_limbs(limbs)
+        # gmpy2's portable binary form of a positive mpz is b"\x01\x01" + little-endian magnitude:
+        # straight from the limb bytes, cheaper than going through Python ints (docs/perf.md §4)
+        raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
+        width, from_binary = 8 * ctx.num_limbs, gmpy2.from_binary
+        values: Iterable[Any] = (from_binary(b"\x01\x01" + raw[i:i + width])
+                                 for i in range(0, len(raw), width))
     else:
+        limbs = None
         values = [int(v) for v in ciphertexts]
         for i, v in enumerate(values):
             if not 0 < v < pk.nsquare:
                 raise InvalidCiphertextError(f"ciphertext #{i} is outside [1, n²)")
-        if _all_units(values, n):
+    n = gmpy2.mpz(pk.n)
+    if limbs is not None and backend is not None:
+        if len(limbs) == 0:
+            return
+        prod = mod_op.mont_prod_groups(resolve_backend(backend), ctx, limbs,
+                                       np.zeros(len(limbs), np.int64), 1)
+        if gmpy2.gcd(from_limbs(np.asarray(prod))[0], n) == 1:
+            return
+    else:
+        acc = gmpy2.mpz(1)
+        for v in values:
+            acc = acc * (v % n) % n
+        if gmpy2.gcd(acc, n) == 1:
             return
     # a product of units is a unit, so some element shares a factor with n: name the first
-    for i, v in enumerate(values):
+    vals = values if limbs is None else from_limbs(limbs)
+    for i, v in enumerate(vals):
         if gmpy2.gcd(v, n) != 1:
             raise InvalidCiphertextError(
                 f"ciphertext #{i} is not a unit mod n² (it shares a factor with n); decrypting it "
                 f"could reveal the key, so it is refused")
-
-
-def _all_units(values: Iterable[Any], n: Any) -> bool:
-    """Whether every value is a unit mod n: their product mod n, one gcd."""
-    acc = gmpy2.mpz(1)
-    for v in values:
-        acc = acc * (v % n) % n
-    return bool(gmpy2.gcd(acc, n) == 1)
 
 
 def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
