@@ -213,7 +213,7 @@ def test_calibration_cache_round_trip_and_calibrated_mode(fakes, private_cache, 
     _mont_mul(again, 4, m)
     # another code version is another key: nothing read
     monkeypatch.setattr(unifl, "__version__", "99.0")
-    assert dispatch.load_lines(again.members[0]) == {}
+    assert dispatch.load_cached(*again.members)[0][0].lines == {}
 
 
 def test_cache_never_follows_links_nor_trusts_a_shared_folder(private_cache, tmp_path):
@@ -334,8 +334,9 @@ def test_what_a_job_learnt_of_its_splits_starts_the_next_job(fakes, private_cach
     model_entry["corrections"] = {"mont_mul|16|0": -5.0, "mont_exp|16|7": 2.0}
     (private_cache / dispatch.CACHE_FILE).write_text(json.dumps(data))
     acc, cpu = again.members
-    assert dispatch.load_split_corrections(acc, cpu) == {("mont_mul", 16, 0): 8.0}
-    loaded = [dispatch.load_model(mem).correction for mem in (acc, cpu)]
+    models, splits = dispatch.load_cached(acc, cpu)
+    assert splits == {("mont_mul", 16, 0): 8.0}
+    loaded = [m.correction for m in models]
     # a correction of a line the cache has no line for is dropped
     assert {("mont_mul", 16, 0): 0.125} in loaded and all(
         ("mont_exp", 16, 7) not in c for c in loaded)

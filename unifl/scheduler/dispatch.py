@@ -81,7 +81,7 @@ from .multi import SPLITS, MultiDeviceBackend, MultiExp, Piece, ProdGroups, Rows
 log = logging.getLogger("unifl.scheduler")
 
 __all__ = ["CostLine", "CostModel", "DispatchPolicy", "Decision", "DispatchBackend", "line_key",
-           "work_units", "tile_args", "CACHE_FILE"]
+           "work_units", "tile_args", "load_cached", "CACHE_FILE"]
 
 Route = Literal["accelerator", "cpu", "split"]
 #: (op, limb count of the modulus, exponent-length class): one cost line each
@@ -403,9 +403,9 @@ def _pair_cache_key(accelerator: Backend, cpu: Backend) -> str:
     return f"{backend_cache_key(accelerator)}||{backend_cache_key(cpu)}"
 
 
-def _fresh_entry(section: str, key: str) -> dict[str, Any]:
-    """The cache's entry ``key`` of ``section`` ({} when absent, expired or malformed)."""
-    data = cache.read_json(CACHE_FILE)
+def _fresh_entry(data: dict[str, Any], section: str, key: str) -> dict[str, Any]:
+    """Entry ``key`` of ``section`` of the cache's ``data`` ({} when absent, expired or
+    malformed)."""
     table = data.get(section) if data.get("version") == CACHE_VERSION else None
     entry = table.get(key) if isinstance(table, dict) else None
     try:
@@ -415,25 +415,22 @@ def _fresh_entry(section: str, key: str) -> dict[str, Any]:
     return entry if fresh and isinstance(entry, dict) else {}
 
 
-def load_lines(member: Backend) -> dict[LineKey, CostLine]:
-    """The cached lines of ``member`` (none when absent, expired or malformed)."""
-    return CostModel.lines_from_json(_fresh_entry("models", backend_cache_key(member)).get("lines"))
-
-
-def load_model(member: Backend) -> CostModel:
-    """``member``'s cost model from the cache: its lines, each with the correction the jobs that
-    ran on it left (a factor for a line the cache has no line for is dropped)."""
-    entry = _fresh_entry("models", backend_cache_key(member))
-    model = CostModel(member.describe(), CostModel.lines_from_json(entry.get("lines")))
-    model.correction = {k: f for k, f in CostModel.factors_from_json(
-        entry.get("corrections")).items() if k in model.lines}
-    return model
-
-
-def load_split_corrections(accelerator: Backend, cpu: Backend) -> dict[LineKey, float]:
-    """The cached split corrections of the pair (see DispatchBackend._observe_split)."""
-    return CostModel.factors_from_json(
-        _fresh_entry("splits", _pair_cache_key(accelerator, cpu)).get("corrections"))
+def load_cached(accelerator: Backend, cpu: Backend
+                ) -> tuple[tuple[CostModel, CostModel], dict[LineKey, float]]:
+    """Both members' cost models from the cache (one read), each line with the correction the
+    jobs that ran on it left (a factor for a line the cache has no line for is dropped), and the
+    pair's split corrections (see DispatchBackend._observe_split)."""
+    data = cache.read_json(CACHE_FILE)
+    models = []
+    for member in (accelerator, cpu):
+        entry = _fresh_entry(data, "models", backend_cache_key(member))
+        model = CostModel(member.describe(), CostModel.lines_from_json(entry.get("lines")))
+        model.correction = {k: f for k, f in CostModel.factors_from_json(
+            entry.get("corrections")).items() if k in model.lines}
+        models.append(model)
+    splits = CostModel.factors_from_json(
+        _fresh_entry(data, "splits", _pair_cache_key(accelerator, cpu)).get("corrections"))
+    return (models[0], models[1]), splits
 
 
 def _update_cache(update: Callable[[dict[str, Any]], None]) -> None:
@@ -457,11 +454,6 @@ def _put_model(data: dict[str, Any], member: Backend, model: CostModel, measured
     at = old.get("at") if isinstance(old, dict) and not measured else None
     data["models"][key] = {"at": at if isinstance(at, (int, float)) else time.time(),
                            "lines": model.to_json(), "corrections": model.corrections_to_json()}
-
-
-def store_lines(member: Backend, model: CostModel) -> None:
-    """Write ``member``'s freshly measured lines into the cache."""
-    _update_cache(lambda data: _put_model(data, member, model, measured=True))
 
 
 @dataclass
@@ -552,23 +544,26 @@ class DispatchBackend(MultiDeviceBackend):
                      key[1], key[2], time.perf_counter() - t0, self._crossover_text(key))
             self.calibration["measured"].append(_key_text(key))
             if self.policy.cache:
-                for member, model in zip(self.members, self.models):
-                    store_lines(member, model)
+                self._store(measured=True)
 
     def save_corrections(self) -> None:
         """Write what this job learnt of its lines back to the cache: each member's line
         corrections and the pair's split corrections, so that the next job on this machine starts
         from them.  Why: a line's first split was made on the chord's prediction alone, and on an
         H200 about half the calls counted slower than the CPU were such first splits."""
-        if not self.policy.cache or self.policy.mode == "pinned":
-            return
+        if self.policy.cache and self.policy.mode != "pinned":
+            self._store(measured=False)
+
+    def _store(self, measured: bool) -> None:
+        """Both members' lines and corrections, and the pair's split corrections, into the cache
+        in one read-merge-replace (``measured``: the lines are new, so their age restarts)."""
         with self._stats_lock:
             splits = {_key_text(k): f for k, f in sorted(self._split_correction.items())}
 
         def update(data: dict[str, Any]) -> None:
             for member, model in zip(self.members, self.models):
                 if model.lines:
-                    _put_model(data, member, model, measured=False)
+                    _put_model(data, member, model, measured)
             if splits:
                 data["splits"][_pair_cache_key(self.accelerator, self.cpu)] = {
                     "at": time.time(), "corrections": splits}

@@ -27,8 +27,7 @@ from ..core.backend import Backend, Request
 from ..core.errors import BackendUnavailable, ConfigError
 from .calibrate import calibrated_seconds
 from .counting import CountingBackend
-from .dispatch import (DispatchBackend, DispatchPolicy, calibrate_at_start, load_model,
-                       load_split_corrections)
+from .dispatch import DispatchBackend, DispatchPolicy, calibrate_at_start, load_cached
 from . import tuning
 from .executor import make_executor
 from .fallback import ChainMember, FallbackChain
@@ -178,8 +177,7 @@ def with_dispatch(cfg: PartyConfig, accelerator: CountingBackend | MultiDeviceBa
                             cache=d.cache, budget_s=d.calibration_budget_s)
     models, splits = None, None
     if d.mode == "calibrated" and d.cache:
-        models = (load_model(accelerator), load_model(cpu))
-        splits = load_split_corrections(accelerator, cpu)
+        models, splits = load_cached(accelerator, cpu)
     disp = DispatchBackend(accelerator, cpu, policy, models, splits)
     if models is not None:
         disp.calibration["cached"] = len(models[0].lines)
