@@ -71,7 +71,8 @@ def _write(tmp_path, text: str) -> Path:
 
 def test_quoted_fields_blank_lines_and_no_rows(tmp_path):
     got = read_csv(_write(tmp_path, 'id,y,a\n"7",1,"2.5"\n\n8,0,-1e3\n'), True)
-    assert got.ids == ["7", "8"] and got.y.tolist() == [1.0, 0.0] and got.X.tolist() == [[2.5], [-1000.0]]
+    assert got.ids == ["7", "8"] and got.y.tolist() == [1.0, 0.0]
+    assert got.X.tolist() == [[2.5], [-1000.0]]
     empty = read_csv(_write(tmp_path, "id,a,b\n"), False)
     assert empty.ids == [] and empty.X.shape == (0, 2)
     nan = read_csv(_write(tmp_path, "id,a\n1,nan\n2,-inf\n"), False)

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import reference
+from unifl.app import binning, reference
 from unifl.app.secureboost import packing, protocol as sbt_protocol
 from unifl.app.data import load_party, sorted_ids
 from unifl.app.jobs import run_local, validate_job
 from unifl.app.metrics import roc_auc, sigmoid
 from unifl.app.params import params_of
 from unifl.core.errors import ConfigError
+
+from tests.helpers.data_reads import count_reads
 
 BE = unifl.backend("native")
 
@@ -73,16 +75,7 @@ def assert_same_tree(fed, ref, path="root"):
                                                                 "max_depth": 2})])
 def test_secureboost_equals_reference(dataset, params, monkeypatch):
     job = sb_job(dataset, **params)
-    from collections import Counter
-
-    from unifl.app import binning
-    reads: Counter = Counter()
-
-    def counted(dataset, role, *a, **k):
-        reads[role] += 1
-        return load_party(dataset, role, *a, **k)
-    for module in (sbt_protocol, binning):
-        monkeypatch.setattr(module, "load_party", counted)
+    reads = count_reads(monkeypatch, sbt_protocol, binning)
     res = run_local(job, BE)
     assert reads == {"guest": 1, "host": 1}     # each party reads its file once: ids, then rows
     monkeypatch.undo()

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 
 import unifl
-from unifl.app import psi
+from unifl.app import psi, vertical
 from unifl.app.channel import Channel, LocalTransport, local_transports
 from unifl.app.data import BUNDLED, load_party, subsample_ids, train_test_split
 from unifl.app.jobs import run_job, run_local, validate_job
 from unifl.core import registry
 from unifl.core.errors import ConfigError, KeyMismatchError, PeerTimeout, SerializationError, TransportError
 
+from tests.helpers.data_reads import count_reads
 from tests.helpers.vertical_jobs import BE, assert_same_model, job, reference_for, rel
 
 
@@ -45,7 +46,7 @@ def test_psi_protocol_functions_same_order():
 # ------------------------------------------------------------------ vertical LR / LinR
 def test_vlr_breast_equals_reference(monkeypatch):
     j = job("vlr", l2=0.01)
-    reads = _count_reads(monkeypatch)
+    reads = count_reads(monkeypatch, vertical, psi)
     res = run_local(j, BE)
     assert reads == {"guest": 1, "host": 1}
     monkeypatch.undo()
@@ -75,24 +76,9 @@ def test_vlr_arbiter_variant_equals_reference():
     assert {r["subtask"] for r in res["arbiter"]["timings"]} >= {"VFL: decrypt masked gradients"}
 
 
-def _count_reads(monkeypatch) -> dict[str, int]:
-    """Each role's reads of its data file, through the names the job's modules call."""
-    from collections import Counter
-
-    from unifl.app import vertical
-    reads: Counter = Counter()
-
-    def counted(dataset, role, *a, **k):
-        reads[role] += 1
-        return load_party(dataset, role, *a, **k)
-    monkeypatch.setattr(vertical, "load_party", counted)
-    monkeypatch.setattr(psi, "load_party", counted)
-    return reads
-
-
 def test_psi_then_vlr_on_intersection(monkeypatch):
     j = job("psi+vlr", drop_fraction=0.05, epochs=2)
-    reads = _count_reads(monkeypatch)
+    reads = count_reads(monkeypatch, vertical, psi)
     res = run_local(j, BE)
     assert reads == {"guest": 1, "host": 1}     # each party reads its file once: ids, then rows
     monkeypatch.undo()

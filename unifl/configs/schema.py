@@ -105,8 +105,8 @@ class DispatchSection(Section):
     to be cut between both.  ``pin``: op name (or
     ``default``) -> ``accelerator`` | ``cpu``, for ``mode: pinned`` only.  ``cache``: read and
     write the calibration cache (the measured lines, and the corrections each job learnt of its
-    lines and splits, written back when the party's backend closes).  ``calibration_budget_s``: the most one line's measurement may
-    take on one backend."""
+    lines and splits, written back when the party's backend closes).  ``calibration_budget_s``:
+    the most one line's measurement may take on one backend."""
     mode: Literal["off", "auto", "calibrated", "pinned"] = "off"
     cpu: Optional[str] = setting(None, check=_dispatch_cpu)
     margin: float = setting(0.2, ge=0, le=10)

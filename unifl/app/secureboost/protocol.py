@@ -212,7 +212,8 @@ class _RemoteHost:
 
 
 def _prepare(role: str, job: dict[str, Any], p: BoostParams, ids: list[str], data_dir: str | None,
-             data: PartyData | None = None) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None,
+             data: PartyData | None = None
+             ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None,
                         np.ndarray | None]:
     """(train bins, test bins, edges, train labels, test labels) of this party.  The synthetic
     dataset is materialised here: the bins need each column's train quantiles (the streamed part
