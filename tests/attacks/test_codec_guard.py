@@ -179,6 +179,38 @@ def test_a_collected_key_is_no_longer_watched():
     codec.encode(p)            # a number no live key of this process has as a secret
 
 
+def test_a_key_collected_while_the_guard_holds_its_lock_does_not_stop_the_process(monkeypatch):
+    """A key's finalizer runs wherever the garbage collector does, which can be inside the guard's
+    own locked region on the same thread (any allocation there may start a collection).  It used
+    to take the guard's lock there and wait on itself: a party stalled inside ``codec.encode``.
+    Here the collection runs at the one allocation under the lock that every check makes."""
+    import gc
+    import threading
+
+    class CollectingDict(dict):
+        def values(self):
+            gc.collect()
+            return super().values()
+
+    monkeypatch.setattr(exposure, "_lock", threading.Lock())   # a stuck thread keeps only this
+    monkeypatch.setattr(exposure, "_watched", CollectingDict())
+    gc.disable()          # the key dies in the guard's locked region, not at some earlier collection
+    try:
+        _, sk = paillier.keygen(1024)
+        p = sk.p
+        cycle: list = [sk]
+        cycle.append(cycle)           # only the cycle collector frees it
+        del sk, cycle
+        done = threading.Event()
+        checker = threading.Thread(target=lambda: (exposure.int_reveals(12345), done.set()),
+                                   daemon=True)
+        checker.start()
+        assert done.wait(30), "the guard waited on its own lock"
+    finally:
+        gc.enable()
+    assert not exposure.int_reveals(p)       # and the collected key is no longer watched
+
+
 def test_the_private_key_path_still_carries_the_key(keys):
     _, sk, _, rsk = keys
     for key in (sk, rsk):

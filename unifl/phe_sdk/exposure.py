@@ -58,6 +58,7 @@ out).
 from __future__ import annotations
 
 import base64
+import collections
 import math
 import threading
 import weakref
@@ -115,14 +116,25 @@ _lock = threading.Lock()
 _watched: dict[int, _KeySecrets] = {}      # n -> the key's secrets (one entry per modulus)
 _generation = 0
 _tables: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+_released: collections.deque[int] = collections.deque()   # moduli of collected keys, not yet dropped
 
 
 def _release(n: int) -> None:
+    """A watched key was collected.  Its finalizer runs wherever the garbage collector happens to
+    run, which can be inside a ``with _lock`` block of this same thread (any allocation there may
+    start a collection): taking the lock here would then wait on itself forever.  The release is
+    queued instead (a deque's append is atomic) and applied by the lock's next holder."""
+    _released.append(n)
+
+
+def _apply_released() -> None:
+    """Drop the watch of every key collected since the last call; the caller holds ``_lock``."""
     global _generation
-    with _lock:
+    while _released:
+        n = _released.popleft()
         entry = _watched.get(n)
         if entry is None:
-            return
+            continue
         entry.refs -= 1
         if entry.refs <= 0:
             del _watched[n]
@@ -149,6 +161,7 @@ def watch(key: object, n: int, p: int, q: int, e: int | None = None,
     vals |= {int(v) for v in extra}
     vals -= {0, 1}
     with _lock:
+        _apply_released()
         entry = _watched.get(n)
         if entry is not None:
             entry.refs += 1
@@ -166,6 +179,7 @@ def int_reveals(x: int) -> bool:
     if x == 0:
         return False
     with _lock:
+        _apply_released()
         keys = list(_watched.values())
     for k in keys:
         if x.bit_length() < min(k.p, k.q).bit_length() - 18:
@@ -284,6 +298,7 @@ def _current_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] |
     some binary window has them, bit 1: some text prefix has them)."""
     global _tables
     with _lock:
+        _apply_released()
         gen, keys = _generation, list(_watched.values())
         if _tables is not None and _tables[0] == gen:
             return _tables[1:]
