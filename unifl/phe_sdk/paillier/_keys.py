@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import math
 import threading
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import gmpy2
 import numpy as np
@@ -375,12 +375,7 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray",
         bad = ~less_than(limbs, ctx.m_limbs) | ~limbs.any(axis=1)
         if bad.any():
             raise InvalidCiphertextError(f"ciphertext #{int(np.argmax(bad))} is outside [1, n²)")
-        # gmpy2's portable binary form of a positive mpz is b"\x01\x01" + little-endian magnitude:
-        # straight from the limb bytes, cheaper than going through Python ints (docs/perf.md §4)
-        raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
-        width, from_binary = 8 * ctx.num_limbs, gmpy2.from_binary
-        values: Iterable[Any] = (from_binary(b"\x01\x01" + raw[i:i + width])
-                                 for i in range(0, len(raw), width))
+        values: Iterable[Any] = _mpz_rows(limbs)     # read only where gmpy2 multiplies
     else:
         limbs = None
         values = [int(v) for v in ciphertexts]
@@ -408,6 +403,16 @@ def require_units(pk: PublicKey, ciphertexts: "Sequence[int] | np.ndarray",
             raise InvalidCiphertextError(
                 f"ciphertext #{i} is not a unit mod n² (it shares a factor with n); decrypting it "
                 f"could reveal the key, so it is refused")
+
+
+def _mpz_rows(limbs: np.ndarray) -> Iterator[Any]:
+    """Each row of plain limbs as an mpz, made when first asked for.  gmpy2's portable binary
+    form of a positive mpz is b"\\x01\\x01" + the little-endian magnitude: straight from the limb
+    bytes, cheaper than going through Python ints (docs/perf.md §4)."""
+    raw = np.ascontiguousarray(limbs, dtype="<u8").tobytes()
+    width, from_binary = 8 * limbs.shape[1], gmpy2.from_binary
+    for i in range(0, len(raw), width):
+        yield from_binary(b"\x01\x01" + raw[i:i + width])
 
 
 def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
