@@ -43,6 +43,12 @@ class Timings:
             if self._current:
                 self._rows[self._current[-1]]["crypto_seconds"] += time.perf_counter() - t0
 
+    def add_background(self, name: str, seconds: float) -> None:
+        """Record under the sub-task ``name`` (entered before) work of it that ran on a background
+        thread, off the party's critical path: its ``background_seconds``."""
+        row = self._rows[name]
+        row["background_seconds"] = row.get("background_seconds", 0.0) + seconds
+
     def rows(self) -> list[dict]:
         return [dict(r) for r in self._rows.values()]
 

@@ -96,6 +96,7 @@ from ..core.backend import Backend
 from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, opening, paillier
 from . import checkpoint, psi, synthetic
+from .ahead import Ahead
 from .alignment import check_alignment as _check_alignment
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
                        vertical_min_rows)
@@ -114,6 +115,10 @@ __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradie
            "check_opened", "train", "run_lr", "run_linr", "run_psi_lr", "run_psi_linr", "Timings"]
 
 log = logging.getLogger("unifl.app.vertical")
+
+#: a party's own Paillier key pair, made on a background thread from its job's start
+OwnKey = Ahead[tuple[paillier.PublicKey, paillier.PrivateKey]]
+KEYGEN_ROW = "VFL: Paillier key generation"
 
 
 @dataclass
@@ -730,7 +735,7 @@ def _open_link(channel: Channel, p: VerticalParams, st: _Streams, be: Backend | 
 
 def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                  channel: Channel, be: Backend | None, t: Timings, progress: bool,
-                 arbiter: bool) -> dict:
+                 arbiter: bool, own_key: OwnKey | None) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     if src.train(np.zeros(0, np.int64))[1] is None:
@@ -744,9 +749,7 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
         _maybe_fixed_base(p, pk_a, be, t)           # the guest encrypts N values under A
         st = _Streams("host", "u", "zh", "z_h", pk_a, None, pk_a, None, _guest_share(task), left)
     else:
-        with t.subtask("VFL: Paillier key generation", "keygen"):
-            with t.crypto():
-                pk_own, sk_own = paillier.keygen(job["key_bits"])
+        pk_own, sk_own = _own_key(job, t, own_key)
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
         pk_h = _expect_key(channel.recv("host", "vfl/pk"), job, "the host")
@@ -827,7 +830,7 @@ def _guest_scores(channel: Messenger, src: RowSource, w: np.ndarray, chunk_rows:
 
 def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                 channel: Channel, be: Backend | None, t: Timings, progress: bool,
-                arbiter: bool) -> dict:
+                arbiter: bool, own_key: OwnKey | None) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
     ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "host")
@@ -839,9 +842,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
         _maybe_fixed_base(p, pk_a, be, t)
         st = _Streams("guest", "zh", "u", "u", pk_a, None, pk_a, None, _host_share, left)
     else:
-        with t.subtask("VFL: Paillier key generation", "keygen"):
-            with t.crypto():
-                pk_own, sk_own = paillier.keygen(job["key_bits"])
+        pk_own, sk_own = _own_key(job, t, own_key)
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("guest", "vfl/pk", pk_own)
         pk_g = _expect_key(channel.recv("guest", "vfl/pk"), job, "the guest")
@@ -890,7 +891,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
 
 
 def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
-                   t: Timings) -> dict:
+                   t: Timings, own_key: OwnKey | None = None) -> dict:
     """Key owner of the coordinated variant: decrypts masked gradients, sees nothing else.
 
     Each party's request must have the gradient shape both parties announced at job start (they
@@ -909,9 +910,7 @@ def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
         if p.features is not None and d[party] != p.announced_dim(party):
             raise ProtocolViolation(f"arbiter: {party} announces {d[party]} features, the job "
                                     f"declares {p.announced_dim(party)} (with the intercept)")
-    with t.subtask("VFL: Paillier key generation", "keygen"):
-        with t.crypto():
-            pk, sk = paillier.keygen(job["key_bits"])
+    pk, sk = _own_key(job, t, own_key)
     channel.send("guest", "vfl/pk", pk)
     channel.send("host", "vfl/pk", pk)
     decrypted = SentCiphertexts()       # a ciphertext is decrypted at most once
@@ -936,6 +935,28 @@ def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
     return {"metrics": {}, "model": {}}
 
 
+def own_key_ahead(role: str, job: dict[str, Any]) -> OwnKey | None:
+    """The Paillier key pair this party will own in ``job``, started now on a background thread
+    (:mod:`unifl.app.ahead`): the arbiter's in the coordinated variant, each party's own in the
+    two-party one; None for a party that encrypts under the arbiter's key."""
+    if role != "arbiter" and "arbiter" in job["parties"]:
+        return None
+    bits = int(job["key_bits"])
+    return Ahead(lambda: paillier.keygen(bits), f"unifl-keygen-{role}")
+
+
+def _own_key(job: dict[str, Any], t: Timings, ahead: OwnKey | None
+             ) -> tuple[paillier.PublicKey, paillier.PrivateKey]:
+    """This party's key pair: the one made ahead, or one made now.  The key generation row times
+    the wait; with a key made ahead, its ``background_seconds`` is how long the making took."""
+    with t.subtask(KEYGEN_ROW, "keygen"):
+        with t.crypto():
+            key = ahead.result() if ahead is not None else paillier.keygen(job["key_bits"])
+    if ahead is not None and ahead.seconds is not None:
+        t.add_background(KEYGEN_ROW, ahead.seconds)
+    return key
+
+
 def _params(job: dict) -> VerticalParams:
     p = params_of(job)
     if not isinstance(p, VerticalParams):
@@ -945,16 +966,17 @@ def _params(job: dict) -> VerticalParams:
 
 def train(role: str, job: dict, channel: Channel, backend: Backend | None, task: str,
           ids: list[str] | None, data_dir: str | None, progress: bool, timings: Timings,
-          data: PartyData | None = None) -> dict:
+          data: PartyData | None = None, own_key: OwnKey | None = None) -> dict:
     """This party's side of vertical LR ("lr") or LinR ("linr") on the rows ``ids``
     (None: the party's own ids, checked equal to the peer's); ``data``: the party's file, when
-    the caller has read it already (for the PSI's ids)."""
+    the caller has read it already (for the PSI's ids); ``own_key``: its key pair, when the caller
+    started it ahead (:func:`own_key_ahead`)."""
     p = _params(job)
     arbiter = "arbiter" in job["parties"]
     if role == "arbiter":
         if not arbiter:
             raise ConfigError("this job has no arbiter")
-        return _serve_arbiter(job, channel, backend, timings)
+        return _serve_arbiter(job, channel, backend, timings, own_key)
     if isinstance(job["dataset"], str) and job["dataset"] in TASKS:
         want = "binary" if task == "lr" else "regression"
         if TASKS[job["dataset"]] != want:
@@ -976,7 +998,7 @@ def train(role: str, job: dict, channel: Channel, backend: Backend | None, task:
             _check_alignment(role, peer, channel, ids)
         src = prepare(role, job["dataset"], ids, p, job["seed"], data_dir, data)
     fn = _train_guest if role == "guest" else _train_host
-    out = fn(job, p, task, src, channel, backend, timings, progress, arbiter)
+    out = fn(job, p, task, src, channel, backend, timings, progress, arbiter, own_key)
     out["metrics"]["data_file"] = Path(src.source).name   # says when the bundled sample was used
     return out
 
@@ -984,6 +1006,8 @@ def train(role: str, job: dict, channel: Channel, backend: Backend | None, task:
 def _run(role: str, job: dict[str, Any], channel: Channel, backend: Backend | None,
          data_dir: str | None, progress: bool, task: str, with_psi: bool) -> dict:
     timings = Timings()
+    # the key pair is made while this party reads its data and aligns its rows with its peer
+    own_key = own_key_ahead(role, job)
     ids = None
     result: dict = {}
     data = None
@@ -996,7 +1020,8 @@ def _run(role: str, job: dict[str, Any], channel: Channel, backend: Backend | No
             result["intersection_size"] = len(ids)
         else:
             ids = []
-    out = train(role, job, channel, backend, task, ids, data_dir, progress, timings, data)
+    out = train(role, job, channel, backend, task, ids, data_dir, progress, timings, data,
+                own_key)
     result.update({"role": role, "metrics": out["metrics"], "model": out["model"],
                    "timings": timings.rows()})
     if "overlap" in out:

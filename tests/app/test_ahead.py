@@ -1,0 +1,97 @@
+"""A party's work started ahead on a background thread (unifl.app.ahead), and the vertical jobs'
+own key pairs made that way: on a thread of its own, from the job's start, under gmpy2's GIL
+release, and used by the protocol as the key it would have made in place."""
+
+from __future__ import annotations
+
+import threading
+
+import gmpy2
+import pytest
+
+from unifl.app import vertical
+from unifl.app.ahead import Ahead
+from unifl.app.jobs import run_local
+from unifl.core.errors import WeakKeyError
+from unifl.phe_sdk import paillier, primes, rsa
+
+from tests.helpers.vertical_jobs import BE, assert_same_model, job, reference_for
+
+
+def test_the_work_runs_on_its_own_thread_and_its_value_is_handed_over():
+    started, go = threading.Event(), threading.Event()
+
+    def work() -> tuple[str, int]:
+        started.set()
+        go.wait(10)
+        return threading.current_thread().name, 42
+
+    ahead = Ahead(work, "unifl-test-ahead")
+    assert started.wait(10)          # running before anyone asks for it
+    assert ahead.seconds is None
+    go.set()
+    assert ahead.result() == ("unifl-test-ahead", 42)
+    assert ahead.seconds is not None and ahead.seconds >= 0
+
+
+def test_an_error_of_the_work_is_raised_to_the_caller_of_result():
+    def work() -> int:
+        raise WeakKeyError("too small")
+
+    ahead = Ahead(work, "unifl-test-ahead")
+    with pytest.raises(WeakKeyError, match="too small"):
+        ahead.result()
+
+
+def test_key_generation_lets_gmpy2_release_the_interpreter_lock(monkeypatch):
+    """What lets a key made ahead run beside the party's own work: gmpy2's allow_release_gil is
+    set while the primes are searched, and only then (the thread's context is restored)."""
+    seen: list[bool] = []
+    for module, name in ((paillier._keys, "random_prime_with_known_order"),
+                         (rsa, "random_prime")):
+        real = getattr(module, name)
+
+        def spy(bits: int, real=real) -> int:
+            seen.append(gmpy2.get_context().allow_release_gil)
+            return real(bits)
+
+        monkeypatch.setattr(module, name, spy)
+    before = gmpy2.get_context().allow_release_gil
+    paillier.keygen(1024)
+    rsa.keygen(1024)
+    assert seen and all(seen)
+    assert gmpy2.get_context().allow_release_gil == before
+    with primes.releasing_gil():
+        assert gmpy2.get_context().allow_release_gil
+    assert gmpy2.get_context().allow_release_gil == before
+
+
+def _keygen_threads(monkeypatch) -> list[str]:
+    names: list[str] = []
+    real = paillier.keygen
+
+    def spy(bits: int = 2048):
+        names.append(threading.current_thread().name)
+        return real(bits)
+
+    monkeypatch.setattr(paillier, "keygen", spy)
+    return names
+
+
+def test_each_party_of_the_two_party_job_makes_its_key_ahead(monkeypatch):
+    names = _keygen_threads(monkeypatch)
+    j = job("vlr", epochs=1)
+    res = run_local(j, BE)
+    assert sorted(names) == ["unifl-keygen-guest", "unifl-keygen-host"]
+    for role in ("guest", "host"):
+        row = next(r for r in res[role]["timings"] if r["subtask"] == vertical.KEYGEN_ROW)
+        assert row["background_seconds"] > 0
+    assert_same_model(res, reference_for(j))
+
+
+def test_only_the_arbiter_makes_a_key_in_the_coordinated_variant(monkeypatch):
+    names = _keygen_threads(monkeypatch)
+    j = job("vlr", parties=("guest", "host", "arbiter"), epochs=1)
+    res = run_local(j, BE)
+    assert names == ["unifl-keygen-arbiter"]
+    assert_same_model(res, reference_for(j))
