@@ -95,3 +95,24 @@ def test_only_the_arbiter_makes_a_key_in_the_coordinated_variant(monkeypatch):
     res = run_local(j, BE)
     assert names == ["unifl-keygen-arbiter"]
     assert_same_model(res, reference_for(j))
+
+
+def test_the_secureboost_guest_makes_the_key_pair_ahead(monkeypatch):
+    names = _keygen_threads(monkeypatch)
+    j = {"job_id": "sb", "algorithm": "secureboost", "dataset": "breast",
+         "parties": ["guest", "host"], "seed": 3, "key_bits": 1024,
+         "params": {"n_trees": 1, "max_depth": 2}}
+    res = run_local(j, BE)
+    assert names == ["unifl-keygen-guest"]
+    row = next(r for r in res["guest"]["timings"] if r["subtask"] == "SBT: Paillier key generation")
+    assert row["background_seconds"] > 0
+
+
+def test_the_horizontal_guest_makes_the_clients_key_pair_ahead(monkeypatch):
+    names = _keygen_threads(monkeypatch)
+    j = {"job_id": "h", "algorithm": "hlr", "dataset": "breast",
+         "parties": ["guest", "host", "arbiter"], "seed": 11, "key_bits": 1024,
+         "params": {"rounds": 1, "local_epochs": 1}}
+    res = run_local(j, BE)
+    assert names == ["unifl-keygen-guest"]
+    assert res["guest"]["metrics"]["auc"] >= 0.9

@@ -18,9 +18,15 @@ import threading
 import time
 from typing import Callable, Generic, TypeVar
 
-__all__ = ["Ahead"]
+from ..phe_sdk import paillier
+from .timing import Timings
+
+__all__ = ["Ahead", "KeyPair", "key_pair_ahead", "collect"]
 
 T = TypeVar("T")
+
+#: a Paillier key pair as ``paillier.keygen`` returns it
+KeyPair = tuple[paillier.PublicKey, paillier.PrivateKey]
 
 
 class Ahead(Generic[T]):
@@ -56,3 +62,19 @@ class Ahead(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value      # type: ignore[return-value]   # set whenever no error was
+
+
+def key_pair_ahead(bits: int, role: str) -> Ahead[KeyPair]:
+    """A fresh Paillier key pair of ``bits`` bits for the party ``role``, started now."""
+    return Ahead(lambda: paillier.keygen(bits), f"unifl-keygen-{role}")
+
+
+def collect(ahead: Ahead[T], t: Timings, row: str, crypto_ops: str) -> T:
+    """``ahead``'s result, the wait for it timed as the sub-task ``row`` of ``t``, whose
+    ``background_seconds`` records how long the work itself took on its thread."""
+    with t.subtask(row, crypto_ops):
+        with t.crypto():
+            value = ahead.result()
+    if ahead.seconds is not None:
+        t.add_background(row, ahead.seconds)
+    return value

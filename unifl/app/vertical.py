@@ -96,7 +96,7 @@ from ..core.backend import Backend
 from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, opening, paillier
 from . import checkpoint, psi, synthetic
-from .ahead import Ahead
+from .ahead import Ahead, KeyPair, collect, key_pair_ahead
 from .alignment import check_alignment as _check_alignment
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
                        vertical_min_rows)
@@ -117,7 +117,7 @@ __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradie
 log = logging.getLogger("unifl.app.vertical")
 
 #: a party's own Paillier key pair, made on a background thread from its job's start
-OwnKey = Ahead[tuple[paillier.PublicKey, paillier.PrivateKey]]
+OwnKey = Ahead[KeyPair]
 KEYGEN_ROW = "VFL: Paillier key generation"
 
 
@@ -941,20 +941,15 @@ def own_key_ahead(role: str, job: dict[str, Any]) -> OwnKey | None:
     two-party one; None for a party that encrypts under the arbiter's key."""
     if role != "arbiter" and "arbiter" in job["parties"]:
         return None
-    bits = int(job["key_bits"])
-    return Ahead(lambda: paillier.keygen(bits), f"unifl-keygen-{role}")
+    return key_pair_ahead(int(job["key_bits"]), role)
 
 
-def _own_key(job: dict[str, Any], t: Timings, ahead: OwnKey | None
-             ) -> tuple[paillier.PublicKey, paillier.PrivateKey]:
-    """This party's key pair: the one made ahead, or one made now.  The key generation row times
-    the wait; with a key made ahead, its ``background_seconds`` is how long the making took."""
-    with t.subtask(KEYGEN_ROW, "keygen"):
-        with t.crypto():
-            key = ahead.result() if ahead is not None else paillier.keygen(job["key_bits"])
-    if ahead is not None and ahead.seconds is not None:
-        t.add_background(KEYGEN_ROW, ahead.seconds)
-    return key
+def _own_key(job: dict[str, Any], t: Timings, ahead: OwnKey | None) -> KeyPair:
+    """This party's key pair: the one made ahead (the key generation row times the wait for it),
+    or, for a caller that started none, one made now."""
+    if ahead is None:
+        ahead = key_pair_ahead(int(job["key_bits"]), "now")
+    return collect(ahead, t, KEYGEN_ROW, "keygen")
 
 
 def _params(job: dict) -> VerticalParams:
