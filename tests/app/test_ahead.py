@@ -1,19 +1,18 @@
-"""A party's work started ahead on a background thread (unifl.app.ahead), and the vertical jobs'
-own key pairs made that way: on a thread of its own, from the job's start, under gmpy2's GIL
-release, and used by the protocol as the key it would have made in place."""
+"""A party's work started ahead on a background thread (unifl.app.ahead), and the key pairs a
+party owns made that way: on a thread of its own, from the job's start, and used by the protocol
+as the key it would have made in place (the models equal the plaintext reference's)."""
 
 from __future__ import annotations
 
 import threading
 
-import gmpy2
 import pytest
 
 from unifl.app import vertical
 from unifl.app.ahead import Ahead
 from unifl.app.jobs import run_local
 from unifl.core.errors import WeakKeyError
-from unifl.phe_sdk import paillier, primes, rsa
+from unifl.phe_sdk import paillier
 
 from tests.helpers.vertical_jobs import BE, assert_same_model, job, reference_for
 
@@ -41,29 +40,6 @@ def test_an_error_of_the_work_is_raised_to_the_caller_of_result():
     ahead = Ahead(work, "unifl-test-ahead")
     with pytest.raises(WeakKeyError, match="too small"):
         ahead.result()
-
-
-def test_key_generation_lets_gmpy2_release_the_interpreter_lock(monkeypatch):
-    """What lets a key made ahead run beside the party's own work: gmpy2's allow_release_gil is
-    set while the primes are searched, and only then (the thread's context is restored)."""
-    seen: list[bool] = []
-    for module, name in ((paillier._keys, "random_prime_with_known_order"),
-                         (rsa, "random_prime")):
-        real = getattr(module, name)
-
-        def spy(bits: int, real=real) -> int:
-            seen.append(gmpy2.get_context().allow_release_gil)
-            return real(bits)
-
-        monkeypatch.setattr(module, name, spy)
-    before = gmpy2.get_context().allow_release_gil
-    paillier.keygen(1024)
-    rsa.keygen(1024)
-    assert seen and all(seen)
-    assert gmpy2.get_context().allow_release_gil == before
-    with primes.releasing_gil():
-        assert gmpy2.get_context().allow_release_gil
-    assert gmpy2.get_context().allow_release_gil == before
 
 
 def _keygen_threads(monkeypatch) -> list[str]:

@@ -4,9 +4,10 @@ protocol first needs the result: work that depends neither on the peer nor on th
 The case it exists for is a party's own key pair.  Key generation is the largest fixed cost of a
 job's start (a 2048-bit Paillier key: 0.15 s on this project's 2-vCPU machine, 0.25-0.67 s on an
 H200 host), and a party used to make it only once it had read its data, aligned its rows with
-the peer and agreed the job's parameters.  Made ahead, it runs while the party does those things
-or waits on its peer; gmpy2 releases the interpreter lock inside the key's big-number arithmetic
-(:func:`unifl.phe_sdk.paillier.keygen`), so the thread takes little from the party's own work.
+the peer and agreed the job's parameters.  Made ahead, it runs while the party does those things:
+fully in parallel while the party waits on its peer or in code that releases the interpreter lock
+(the network, file reads, NumPy, a device's start), sharing the lock with the party's Python
+otherwise (gmpy2's primality tests and powmod hold it).
 
 The result is the same object the call would have returned in place: a key made ahead is as
 fresh and as random (``secrets``) as one made at its point of use, and is used once.

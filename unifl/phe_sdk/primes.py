@@ -4,26 +4,14 @@ obfuscation needs, :mod:`unifl.phe_sdk.paillier`)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import secrets
-from typing import Iterator
 
 import gmpy2
 import numpy as np
 
 from ..core.errors import WeakKeyError
-
-
-@contextlib.contextmanager
-def releasing_gil() -> Iterator[None]:
-    """gmpy2 releases Python's interpreter lock inside its big-number arithmetic in this block
-    (gmpy2's ``allow_release_gil``; the context is the calling thread's).  Key generation runs in
-    it, so that a key made on a background thread (:mod:`unifl.app.ahead`) leaves the interpreter
-    to the party's other work; mpz values are immutable, so nothing is shared mid-operation."""
-    with gmpy2.context(gmpy2.get_context(), allow_release_gil=True):
-        yield
 
 
 def random_prime(bits: int) -> int:

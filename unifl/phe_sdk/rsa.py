@@ -25,7 +25,7 @@ from ..base_op import from_limbs, mont_context
 from ..core.errors import OperandError, SignatureError, WeakKeyError
 from . import exposure
 from ._util import resolve_backend
-from .primes import check_prime_pair, random_below, random_prime, releasing_gil
+from .primes import check_prime_pair, random_below, random_prime
 
 DEFAULT_KEY_BITS = 2048
 MIN_KEY_BITS = 1024
@@ -195,12 +195,11 @@ def keygen(bits: int = DEFAULT_KEY_BITS, e: int = E) -> tuple[PublicKey, Private
         raise WeakKeyError(f"RSA key size must be even and >= {MIN_KEY_BITS}, got {bits}")
     if bits > MAX_KEY_BITS:
         raise WeakKeyError(f"RSA key size must be <= {MAX_KEY_BITS}, got {bits}")
-    with releasing_gil():
-        while True:
-            p, q = random_prime(bits // 2), random_prime(bits // 2)
-            if p != q and (p * q).bit_length() == bits and math.gcd(e, (p - 1) * (q - 1)) == 1:
-                sk = PrivateKey(p, q, e)
-                return sk.public_key, sk
+    while True:
+        p, q = random_prime(bits // 2), random_prime(bits // 2)
+        if p != q and (p * q).bit_length() == bits and math.gcd(e, (p - 1) * (q - 1)) == 1:
+            sk = PrivateKey(p, q, e)
+            return sk.public_key, sk
 
 
 def full_domain_hash(items: Sequence[str | bytes], n: int) -> list[int]:

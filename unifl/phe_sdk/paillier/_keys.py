@@ -27,7 +27,7 @@ from ...core.errors import InvalidCiphertextError, KeyMismatchError, OperandErro
 from .. import exposure
 from .._util import resolve_backend
 from ..primes import (check_prime_pair, p_minus_1_factors, random_below,
-                      random_prime_with_known_order, releasing_gil, unit_group_generator)
+                      random_prime_with_known_order, unit_group_generator)
 from ._encryption import decrypt_limbs, encrypt_limbs
 from ._obfuscation import random_units
 from ._pool import ObfuscatorPool, existing_pool, obfuscator_pool
@@ -424,12 +424,11 @@ def keygen(bits: int = DEFAULT_KEY_BITS) -> tuple[PublicKey, PrivateKey]:
     if bits < MIN_KEY_BITS or bits % 2:
         raise WeakKeyError(f"Paillier key size must be even and at least the minimum of {MIN_KEY_BITS} "
                            f"bits, got {bits}")
-    with releasing_gil():
-        while True:
-            p = random_prime_with_known_order(bits // 2)
-            q = random_prime_with_known_order(bits // 2)
-            if p != q and (p * q).bit_length() == bits:
-                sk = PrivateKey(p, q)
-                return sk.public_key, sk
+    while True:
+        p = random_prime_with_known_order(bits // 2)
+        q = random_prime_with_known_order(bits // 2)
+        if p != q and (p * q).bit_length() == bits:
+            sk = PrivateKey(p, q)
+            return sk.public_key, sk
 
 
