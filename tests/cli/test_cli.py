@@ -46,3 +46,24 @@ def test_an_error_naming_a_path_with_brackets_prints_it_whole(tmp_path):
     res = runner.invoke(app, ["run", "--config", str(bad), "--job", "demo_psi_breast.yaml"])
     assert res.exit_code == 2
     assert f"{bad}: ConfigError" in res.output, res.output
+
+
+def test_a_key_made_ahead_shows_its_making_beside_the_wait(monkeypatch):
+    """The key generation row times the party's wait for a key made ahead; the table says so and
+    how long the making took, so that a wait of 0.00 s does not read as free key generation."""
+    import io
+
+    from rich.console import Console
+
+    from unifl import cli
+
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=buf, width=400))
+    rows = [{"subtask": "VFL: Paillier key generation", "crypto_ops": "keygen", "seconds": 0.01,
+             "crypto_seconds": 0.01, "background_seconds": 0.42},
+            {"subtask": "VFL: encrypt forward", "crypto_ops": "O1 enc", "seconds": 1.0,
+             "crypto_seconds": 0.9}]
+    cli.print_results({"guest": {"role": "guest", "timings": rows, "metrics": {}}}, "t")
+    out = buf.getvalue()
+    assert "VFL: Paillier key generation (made ahead on a thread in 0.42 s)" in out
+    assert "VFL: encrypt forward (" not in out
