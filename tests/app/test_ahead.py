@@ -9,8 +9,9 @@ import threading
 import pytest
 
 from unifl.app import vertical
-from unifl.app.ahead import Ahead
+from unifl.app.ahead import Ahead, key_pair
 from unifl.app.jobs import run_local
+from unifl.app.timing import Timings
 from unifl.core.errors import WeakKeyError
 from unifl.phe_sdk import paillier
 
@@ -40,6 +41,15 @@ def test_an_error_of_the_work_is_raised_to_the_caller_of_result():
     ahead = Ahead(work, "unifl-test-ahead")
     with pytest.raises(WeakKeyError, match="too small"):
         ahead.result()
+
+
+def test_a_key_pair_not_started_ahead_is_made_in_place_and_not_reported_as_ahead(monkeypatch):
+    names = _keygen_threads(monkeypatch)
+    t = Timings()
+    pk, sk = key_pair(None, 1024, t, "row")
+    assert sk.public_key == pk and names == [threading.current_thread().name]
+    (row,) = t.rows()
+    assert row["subtask"] == "row" and "background_seconds" not in row
 
 
 def _keygen_threads(monkeypatch) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Callable, Generic, TypeVar
 from ..phe_sdk import paillier
 from .timing import Timings
 
-__all__ = ["Ahead", "KeyPair", "key_pair_ahead", "collect"]
+__all__ = ["Ahead", "KeyPair", "KeyAhead", "key_pair_ahead", "key_pair"]
 
 T = TypeVar("T")
 
@@ -65,17 +65,22 @@ class Ahead(Generic[T]):
         return self._value      # type: ignore[return-value]   # set whenever no error was
 
 
-def key_pair_ahead(bits: int, role: str) -> Ahead[KeyPair]:
+#: a party's own key pair, being made on its thread
+KeyAhead = Ahead[KeyPair]
+
+
+def key_pair_ahead(bits: int, role: str) -> KeyAhead:
     """A fresh Paillier key pair of ``bits`` bits for the party ``role``, started now."""
     return Ahead(lambda: paillier.keygen(bits), f"unifl-keygen-{role}")
 
 
-def collect(ahead: Ahead[T], t: Timings, row: str, crypto_ops: str) -> T:
-    """``ahead``'s result, the wait for it timed as the sub-task ``row`` of ``t``, whose
-    ``background_seconds`` records how long the work itself took on its thread."""
-    with t.subtask(row, crypto_ops):
+def key_pair(ahead: KeyAhead | None, bits: int, t: Timings, row: str) -> KeyPair:
+    """The party's key pair, timed as the sub-task ``row`` of ``t``: ``ahead``'s (the row then
+    times the wait for it, and its ``background_seconds`` how long the making took on its
+    thread), or, for a caller that started none, one of ``bits`` bits made now, in place."""
+    with t.subtask(row, "keygen"):
         with t.crypto():
-            value = ahead.result()
-    if ahead.seconds is not None:
+            pair = ahead.result() if ahead is not None else paillier.keygen(bits)
+    if ahead is not None and ahead.seconds is not None:
         t.add_background(row, ahead.seconds)
-    return value
+    return pair

@@ -33,7 +33,7 @@ from ..core.backend import Backend
 from ..core.errors import (ConfigError, InsecureTransportError, KeyMismatchError, ProtocolViolation,
                            TransportError, WeakKeyError)
 from ..phe_sdk import EncryptedArray, paillier
-from .ahead import collect, key_pair_ahead
+from .ahead import key_pair, key_pair_ahead
 from .channel import Channel
 from .data import PartyData, load_party
 from .metrics import roc_auc, sigmoid
@@ -91,8 +91,8 @@ def _client(role: str, job: dict[str, Any], p: HorizontalParams, channel: Channe
     # the guest makes the clients' key pair while it reads its data
     key = key_pair_ahead(int(job["key_bits"]), role) if role == "guest" else None
     X, y = client_matrix(load_party(job["dataset"], role, data_dir, kind="homo"))
-    if key is not None:
-        pk, sk = collect(key, t, "HFL: Paillier key generation", "keygen")
+    if role == "guest":
+        pk, sk = key_pair(key, job["key_bits"], t, "HFL: Paillier key generation")
         channel.send("arbiter", "hfl/pk", pk)
         channel.send(other, "hfl/pk", pk)
         channel.send_private_key(other, "hfl/sk", sk)  # client to client only, mutual TLS only

@@ -96,7 +96,7 @@ from ..core.backend import Backend
 from ..core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
 from ..phe_sdk import EncryptedArray, opening, paillier
 from . import checkpoint, psi, synthetic
-from .ahead import Ahead, KeyPair, collect, key_pair_ahead
+from .ahead import KeyAhead, key_pair, key_pair_ahead
 from .alignment import check_alignment as _check_alignment
 from .batching import (batch_count, batch_rows, check_schedule, chunk_bounds, take_rows,
                        vertical_min_rows)
@@ -116,8 +116,6 @@ __all__ = ["VerticalParams", "PartyMatrices", "prepare", "row_dot", "mask_gradie
 
 log = logging.getLogger("unifl.app.vertical")
 
-#: a party's own Paillier key pair, made on a background thread from its job's start
-OwnKey = Ahead[KeyPair]
 KEYGEN_ROW = "VFL: Paillier key generation"
 
 
@@ -735,7 +733,7 @@ def _open_link(channel: Channel, p: VerticalParams, st: _Streams, be: Backend | 
 
 def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                  channel: Channel, be: Backend | None, t: Timings, progress: bool,
-                 arbiter: bool, own_key: OwnKey | None) -> dict:
+                 arbiter: bool, own_key: KeyAhead | None) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0      # d = factor · d'
     if src.train(np.zeros(0, np.int64))[1] is None:
@@ -749,7 +747,7 @@ def _train_guest(job: dict[str, Any], p: VerticalParams, task: str, src: RowSour
         _maybe_fixed_base(p, pk_a, be, t)           # the guest encrypts N values under A
         st = _Streams("host", "u", "zh", "z_h", pk_a, None, pk_a, None, _guest_share(task), left)
     else:
-        pk_own, sk_own = _own_key(job, t, own_key)
+        pk_own, sk_own = key_pair(own_key, job["key_bits"], t, KEYGEN_ROW)
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("host", "vfl/pk", pk_own)
         pk_h = _expect_key(channel.recv("host", "vfl/pk"), job, "the host")
@@ -830,7 +828,7 @@ def _guest_scores(channel: Messenger, src: RowSource, w: np.ndarray, chunk_rows:
 
 def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSource,
                 channel: Channel, be: Backend | None, t: Timings, progress: bool,
-                arbiter: bool, own_key: OwnKey | None) -> dict:
+                arbiter: bool, own_key: KeyAhead | None) -> dict:
     seed = job["seed"]
     factor = 0.25 if task == "lr" else 1.0
     ck = checkpoint.path_for(p.checkpoint_dir, job["job_id"], job["algorithm"], "host")
@@ -842,7 +840,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
         _maybe_fixed_base(p, pk_a, be, t)
         st = _Streams("guest", "zh", "u", "u", pk_a, None, pk_a, None, _host_share, left)
     else:
-        pk_own, sk_own = _own_key(job, t, own_key)
+        pk_own, sk_own = key_pair(own_key, job["key_bits"], t, KEYGEN_ROW)
         _maybe_fixed_base(p, pk_own, be, t)
         channel.send("guest", "vfl/pk", pk_own)
         pk_g = _expect_key(channel.recv("guest", "vfl/pk"), job, "the guest")
@@ -891,7 +889,7 @@ def _train_host(job: dict[str, Any], p: VerticalParams, task: str, src: RowSourc
 
 
 def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
-                   t: Timings, own_key: OwnKey | None = None) -> dict:
+                   t: Timings, own_key: KeyAhead | None = None) -> dict:
     """Key owner of the coordinated variant: decrypts masked gradients, sees nothing else.
 
     Each party's request must have the gradient shape both parties announced at job start (they
@@ -910,7 +908,7 @@ def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
         if p.features is not None and d[party] != p.announced_dim(party):
             raise ProtocolViolation(f"arbiter: {party} announces {d[party]} features, the job "
                                     f"declares {p.announced_dim(party)} (with the intercept)")
-    pk, sk = _own_key(job, t, own_key)
+    pk, sk = key_pair(own_key, job["key_bits"], t, KEYGEN_ROW)
     channel.send("guest", "vfl/pk", pk)
     channel.send("host", "vfl/pk", pk)
     decrypted = SentCiphertexts()       # a ciphertext is decrypted at most once
@@ -935,21 +933,13 @@ def _serve_arbiter(job: dict[str, Any], channel: Channel, be: Backend | None,
     return {"metrics": {}, "model": {}}
 
 
-def own_key_ahead(role: str, job: dict[str, Any]) -> OwnKey | None:
+def own_key_ahead(role: str, job: dict[str, Any]) -> KeyAhead | None:
     """The Paillier key pair this party will own in ``job``, started now on a background thread
     (:mod:`unifl.app.ahead`): the arbiter's in the coordinated variant, each party's own in the
     two-party one; None for a party that encrypts under the arbiter's key."""
     if role != "arbiter" and "arbiter" in job["parties"]:
         return None
     return key_pair_ahead(int(job["key_bits"]), role)
-
-
-def _own_key(job: dict[str, Any], t: Timings, ahead: OwnKey | None) -> KeyPair:
-    """This party's key pair: the one made ahead (the key generation row times the wait for it),
-    or, for a caller that started none, one made now."""
-    if ahead is None:
-        ahead = key_pair_ahead(int(job["key_bits"]), "now")
-    return collect(ahead, t, KEYGEN_ROW, "keygen")
 
 
 def _params(job: dict) -> VerticalParams:
@@ -961,7 +951,7 @@ def _params(job: dict) -> VerticalParams:
 
 def train(role: str, job: dict, channel: Channel, backend: Backend | None, task: str,
           ids: list[str] | None, data_dir: str | None, progress: bool, timings: Timings,
-          data: PartyData | None = None, own_key: OwnKey | None = None) -> dict:
+          data: PartyData | None = None, own_key: KeyAhead | None = None) -> dict:
     """This party's side of vertical LR ("lr") or LinR ("linr") on the rows ``ids``
     (None: the party's own ids, checked equal to the peer's); ``data``: the party's file, when
     the caller has read it already (for the PSI's ids); ``own_key``: its key pair, when the caller

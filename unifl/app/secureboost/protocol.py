@@ -55,7 +55,7 @@ from ...core.backend import Backend
 from ...core.errors import ConfigError, KeyMismatchError, ProtocolViolation, WeakKeyError
 from ...phe_sdk import EncryptedArray, histogram, paillier
 from .. import synthetic
-from ..ahead import Ahead, KeyPair, collect, key_pair_ahead
+from ..ahead import KeyAhead, key_pair, key_pair_ahead
 from ..alignment import check_alignment
 from ..batching import chunk_bounds
 from ..binning import apply_bins, binned_party, quantile_edges
@@ -235,13 +235,12 @@ KEYGEN_ROW = "SBT: Paillier key generation"
 
 def _guest(job: dict[str, Any], p: BoostParams, channel: Channel, be: Backend | None, t: Timings,
            ids: list[str], data_dir: str | None, progress: bool, data: PartyData | None = None,
-           key: Ahead[KeyPair] | None = None) -> dict:
+           key: KeyAhead | None = None) -> dict:
     bins_tr, bins_te, _, y_tr, y_te = _prepare("guest", job, p, ids, data_dir, data)
     if y_tr is None or y_te is None or not set(np.unique(y_tr)) <= {0.0, 1.0}:
         raise ConfigError("secureboost needs binary 0/1 labels")
     check_pack_capacity(len(y_tr), p.scale_bits)
-    pk, sk = collect(key or key_pair_ahead(int(job["key_bits"]), "guest"), t, KEYGEN_ROW,
-                     "keygen")
+    pk, sk = key_pair(key, job["key_bits"], t, KEYGEN_ROW)
     channel.send("host", "sbt/pk", pk)
     info = channel.recv("host", "sbt/info")
     if not isinstance(info, dict) or not is_int(info.get("rows")) or \
@@ -421,7 +420,7 @@ def run(role: str, job: dict, channel: Channel, backend: Backend | None, *,
         ids = sorted_ids(own.ids)
         check_alignment(role, peer, channel, ids)
         source = own.source.rsplit("/", 1)[-1]
-    if key is not None:
+    if role == "guest":
         out = _guest(job, p, channel, backend, t, ids, data_dir, progress, own, key)
     else:
         out = _host(job, p, channel, backend, t, ids, data_dir, own)
