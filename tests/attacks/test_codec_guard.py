@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unifl.app import codec
 from unifl.core.errors import PrivateKeyExposure
@@ -216,3 +218,73 @@ def test_the_private_key_path_still_carries_the_key(keys):
     for key in (sk, rsk):
         data = codec.encode_private_key(key)
         assert codec.decode(data, allow_private_key=True) == key or key is rsk
+
+
+def _direct_scan(data: bytes) -> bool:
+    """Rules 2 and 3 read directly off the guard's own windows: the 8 bytes at every offset
+    against the binary windows, and a text prefix there plus the 8 bytes after it against the
+    text windows.  What :func:`exposure.bytes_reveal` computes, without its screens and steps."""
+    tables = exposure._current_tables()
+    assert tables is not None
+    binary, firsts, pairs = (set(t.tolist()) for t in tables[:3])
+
+    def word(i: int) -> int:
+        return int.from_bytes(data[i:i + exposure.WINDOW], "little")
+
+    for i in range(len(data) - exposure.WINDOW + 1):
+        w = word(i)
+        if w in binary:
+            return True
+        if w in firsts and i + exposure.TEXT_WINDOW <= len(data):
+            h = int(exposure._pair_hash(np.array([w], np.uint64),
+                                        np.array([word(i + 8)], np.uint64))[0])
+            if h in pairs:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("step", [None, 8, 13])
+def test_a_window_is_found_at_every_offset_and_across_the_scan_s_steps(keys, monkeypatch, step):
+    """The scan reads the 64-bit word at every byte offset in steps of ``exposure._CHUNK``
+    offsets (here also 8 and 13, so that windows straddle the steps, and steps end off the
+    8-offset groups the screen is read in): a binary or text window of p is found wherever it
+    sits, up to the last byte, and the same bytes without it pass."""
+    if step is not None:
+        monkeypatch.setattr(exposure, "_CHUNK", step)
+    p = keys[1].p
+    rng = np.random.default_rng(5)
+    binary_piece = _be(p)[40:48]                   # 8 bytes of p
+    text_piece = format(p, "x")[20:36].encode()    # 16 hex digits of p
+    for piece in (binary_piece, text_piece):
+        for size in (len(piece), 61, 64):
+            filler = rng.bytes(size)
+            assert not exposure.bytes_reveal(filler)
+            for at in range(size - len(piece) + 1):
+                planted = filler[:at] + piece + filler[at + len(piece):]
+                assert exposure.bytes_reveal(planted), (len(piece), size, at)
+                assert not exposure.bytes_reveal(planted[:at] + planted[at + 1:at + len(piece)]
+                                                 + planted[at + len(piece):])   # one byte short
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_scan_agrees_with_the_rules_read_directly(keys, data):
+    """Random bytes with pieces of p's and λ's binary and text forms planted at random offsets,
+    some cut short: the screened scan's verdict is the direct reading's, at any step size."""
+    _, sk, _, rsk = keys
+    forms = [_be(sk.p), _le(sk.q), format(sk.p, "x").encode(), str(rsk.dp).encode(),
+             _le((sk.p - 1) * (sk.q - 1))]
+    blob = bytearray(data.draw(st.binary(min_size=0, max_size=300), "filler"))
+    for _ in range(data.draw(st.integers(0, 3), "pieces")):
+        form = data.draw(st.sampled_from(forms), "form")
+        size = data.draw(st.integers(5, 20), "size")
+        at = data.draw(st.integers(0, max(0, len(form) - size)), "from")
+        where = data.draw(st.integers(0, len(blob)), "where")
+        blob[where:where] = form[at:at + size]
+    step = data.draw(st.sampled_from([exposure._CHUNK, 1, 7, 8, 64]), "step")
+    old = exposure._CHUNK
+    exposure._CHUNK = step
+    try:
+        assert exposure.bytes_reveal(bytes(blob)) == _direct_scan(bytes(blob))
+    finally:
+        exposure._CHUNK = old

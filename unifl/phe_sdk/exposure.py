@@ -74,8 +74,11 @@ __all__ = ["watch", "int_reveals", "bytes_reveal", "revealed_in", "WINDOW",
 WINDOW = 8
 #: characters of a secret's text form that must appear together to count as revealed
 TEXT_WINDOW = 16
-_CHUNK = 1 << 20            # bytes scanned per step (bounds the scan's temporary memory)
-_FILTER_BITS = 22           # a 4 MiB table of the windows' top bits screens most positions
+_CHUNK = 1 << 20            # byte offsets screened per step (bounds the scan's temporary memory)
+_TOP_BITS = 21              # a table of the windows' top bits screens every offset
+_LOW_BITS = 22              # and one of their low bits the few that pass (1 % of random data)
+_TOP_SHIFT = np.uint64(64 - _TOP_BITS)
+_LOW_MASK = np.uint64((1 << _LOW_BITS) - 1)
 
 
 @dataclass
@@ -115,7 +118,8 @@ def _public_values(n: int) -> tuple[int, ...]:
 _lock = threading.Lock()
 _watched: dict[int, _KeySecrets] = {}      # n -> the key's secrets (one entry per modulus)
 _generation = 0
-_tables: tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+_Tables = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_tables: tuple[int, _Tables] | None = None
 _released: collections.deque[int] = collections.deque()   # moduli of collected keys, not yet dropped
 
 
@@ -292,30 +296,43 @@ def _text_windows(values: dict[int, int | None], primes: tuple[int, ...]
     return np.unique(np.concatenate(firsts)), np.unique(np.concatenate(pairs))
 
 
-def _current_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def _current_tables() -> _Tables | None:
     """The windows of every watched key, merged (rebuilt when the watched set changes): binary
-    windows, text prefixes, text pair hashes, and a screen indexed by a window's top bits (bit 0:
-    some binary window has them, bit 1: some text prefix has them)."""
+    windows, text prefixes, text pair hashes, and two screens indexed by a window's top and by
+    its low bits (:data:`_TOP_BITS`, :data:`_LOW_BITS`) (bit 0: some binary window has them, bit 1: some text
+    prefix has them).  A window passes both screens whenever it is in a table: the screens only
+    spare the exact lookup for the offsets that cannot match."""
     global _tables
     with _lock:
         _apply_released()
         gen, keys = _generation, list(_watched.values())
         if _tables is not None and _tables[0] == gen:
-            return _tables[1:]
+            return _tables[1]
     if not keys:
         return None
     parts = [k.windows() for k in keys]
     binary = np.unique(np.concatenate([p[0] for p in parts]))
     firsts = np.unique(np.concatenate([p[1] for p in parts]))
     pairs = np.unique(np.concatenate([p[2] for p in parts]))
-    screen = np.zeros(1 << _FILTER_BITS, np.uint8)
-    screen[(binary >> np.uint64(64 - _FILTER_BITS)).astype(np.int64)] |= 1
-    screen[(firsts >> np.uint64(64 - _FILTER_BITS)).astype(np.int64)] |= 2
-    built = (gen, binary, firsts, pairs, screen)
+    screens = []
+    for index, bits in ((lambda w: w >> _TOP_SHIFT, _TOP_BITS), (lambda w: w & _LOW_MASK, _LOW_BITS)):
+        screen = np.zeros(1 << bits, np.uint8)
+        screen[index(binary).astype(np.intp)] |= 1
+        screen[index(firsts).astype(np.intp)] |= 2
+        screens.append(screen)
+    built: _Tables = (binary, firsts, pairs, screens[0], screens[1])
     with _lock:
         if _generation == gen:
-            _tables = built
-    return built[1:]
+            _tables = (gen, built)
+    return built
+
+
+def _nonzero_bytes(marks: np.ndarray) -> np.ndarray:
+    """Indices of the non-zero entries of the uint8 array ``marks`` (its length a multiple of
+    8), found eight at a time: few are non-zero, and a scan of 64-bit groups is 8x shorter."""
+    groups = np.flatnonzero(marks.view(np.uint64))
+    pos = (groups[:, None] * 8 + np.arange(8)).ravel()
+    return pos[marks[pos] != 0]
 
 
 def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -327,26 +344,40 @@ def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def bytes_reveal(data: bytes | bytearray | memoryview) -> bool:
-    """Whether ``data`` holds a watched key's binary or text form (rules 2 and 3)."""
+    """Whether ``data`` holds a watched key's binary or text form (rules 2 and 3).
+
+    Every byte offset is screened: the 64-bit little-endian word there is read through a strided
+    view of ``data`` itself (unaligned reads, nothing copied), its top bits index the first
+    screen, and the few offsets that pass are checked against the second screen and then looked
+    up exactly (binary windows; text prefixes, then the hash of the prefix and the next word)."""
     tables = _current_tables()
     data = bytes(data)
     if tables is None or len(data) < WINDOW:
         return False
-    binary, firsts, pairs, screen = tables
-    for start in range(0, len(data) - WINDOW + 1, _CHUNK):
-        stop = min(start + _CHUNK, len(data) - WINDOW + 1)
-        words = _words(data, start, stop)
-        marks = screen[(words >> np.uint64(64 - _FILTER_BITS)).astype(np.int64)]
-        cand = np.nonzero(marks & 1)[0]
-        if len(cand) and _in_sorted(words[cand], binary).any():
+    binary, firsts, pairs, top_screen, low_screen = tables
+    n = len(data) - WINDOW + 1
+    words = np.ndarray((n,), "<u8", buffer=data, strides=(1,))   # words[i]: data[i:i + 8]
+    size = min(_CHUNK, n)
+    top = np.empty(size, np.uint64)
+    marks = np.zeros(size + 8, np.uint8)     # zero past the chunk, to whole groups of 8
+    for start in range(0, n, _CHUNK):
+        m = min(_CHUNK, n - start)
+        np.right_shift(words[start:start + m], _TOP_SHIFT, out=top[:m])
+        np.take(top_screen, top[:m].view(np.int64), out=marks[:m])
+        marks[m:] = 0
+        pos = _nonzero_bytes(marks[:m + (-m % 8)])
+        if not len(pos):
+            continue
+        at = pos + start
+        found = words[at]
+        kinds = marks[pos] & low_screen[(found & _LOW_MASK).astype(np.intp)]
+        if _in_sorted(found[(kinds & 1) != 0], binary).any():
             return True
-        cand = np.nonzero(marks & 2)[0]
-        hits = cand[_in_sorted(words[cand], firsts)]
-        hits = hits[start + hits + TEXT_WINDOW <= len(data)]
-        if len(hits):
-            second = _words(data, start + 8, start + 9 + int(hits.max()))[hits]
-            if _in_sorted(_pair_hash(words[hits], second), pairs).any():
-                return True
+        text = (kinds & 2) != 0
+        hits = at[text][_in_sorted(found[text], firsts)]
+        hits = hits[hits + TEXT_WINDOW <= len(data)]
+        if len(hits) and _in_sorted(_pair_hash(words[hits], words[hits + 8]), pairs).any():
+            return True
     return False
 
 
