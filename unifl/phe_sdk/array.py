@@ -276,12 +276,10 @@ class EncryptedArray:
     # ---- matmul (O5)
     @staticmethod
     def _encode_matrix(plain: np.ndarray, max_int: int) -> tuple[np.ndarray, int]:
-        """A plaintext matrix encoded at its default scale, as Python ints (object array)."""
+        """A plaintext matrix encoded at its default scale (int64, or Python ints in an object
+        array where some value needs more: :func:`encoding.encode_array`), and that scale."""
         k_scale = encoding.default_scale(plain)
-        enc = encoding.encode(plain, k_scale, max_int)
-        vals = np.empty(plain.shape, dtype=object)
-        vals.reshape(-1)[:] = enc.values
-        return vals, k_scale
+        return encoding.encode_array(plain, k_scale, max_int), k_scale
 
     def __matmul__(self, other: Any) -> "EncryptedArray":
         """E(A) @ B for a plaintext B: out[j, k] = prod_i E(A[j, i])^B[i, k]."""

@@ -116,11 +116,50 @@ def encode(values: npt.ArrayLike, scale_bits: int, max_int: int) -> Encoded:
         raise OperandError(f"cannot encode values of dtype {arr.dtype}")
     if bound is None:
         bound = max((abs(v) for v in ints), default=0)
+    _check_bound_fits(bound, scale_bits, max_int)
+    return Encoded(ints, scale_bits, bound)
+
+
+def _check_bound_fits(bound: int, scale_bits: int, max_int: int) -> None:
     if bound > max_int:
         raise EncodingOverflowError(
             f"value needs {bound.bit_length()} bits at scale 2^{scale_bits}; the encoding bound "
             f"max_int has {max_int.bit_length()} bits (n/3)")
-    return Encoded(ints, scale_bits, bound)
+
+
+def _int64_scaled(arr: np.ndarray, scale_bits: int) -> np.ndarray | None:
+    """round(x·2^s) for every x of an int or float array, as int64 of its shape, where NumPy
+    gives it exactly: every value finite and every |round(x·2^s)| below 2^63.  None otherwise."""
+    if scale_bits > 62:
+        return None
+    if arr.dtype.kind in "iub":
+        hi = max(int(arr.max()), -int(arr.min()), 0) if arr.size else 0
+        if hi << scale_bits >= 1 << 63:
+            return None
+        return arr.astype(np.int64) * np.int64(1 << scale_bits)
+    if arr.dtype.kind == "f" and np.isfinite(arr).all():
+        # x·2^s and its rounding are exact in float64 while finite; integral floats of magnitude
+        # below 2^63 convert to int64 exactly
+        with np.errstate(over="ignore"):          # inf: beyond int64, left to encode()
+            scaled = np.rint(np.ldexp(arr.astype(np.float64), scale_bits))
+        if not scaled.size or np.abs(scaled).max() < 2.0 ** 63:
+            return scaled.astype(np.int64)
+    return None
+
+
+def encode_array(values: npt.ArrayLike, scale_bits: int, max_int: int) -> np.ndarray:
+    """:func:`encode`'s integers in an array of the values' shape: ``int64`` where every one fits
+    (features and gradients at the SDK's scales: no Python int is made), else an object array of
+    Python ints.  The same integers, and the same errors, as :func:`encode`."""
+    scale_bits = check_scale(scale_bits)
+    arr = np.asarray(values)
+    fast = _int64_scaled(arr, scale_bits)
+    if fast is None:
+        out = np.empty(arr.shape, dtype=object)
+        out.reshape(-1)[:] = encode(arr, scale_bits, max_int).values
+        return out
+    _check_bound_fits(int(np.abs(fast).max()) if fast.size else 0, scale_bits, max_int)
+    return fast
 
 
 def to_residues(ints: list[int], n: int) -> list[int]:
