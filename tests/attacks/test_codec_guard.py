@@ -253,17 +253,22 @@ def test_a_window_is_found_at_every_offset_and_across_the_scan_s_steps(keys, mon
         monkeypatch.setattr(exposure, "_CHUNK", step)
     p = keys[1].p
     rng = np.random.default_rng(5)
-    binary_piece = _be(p)[40:48]                   # 8 bytes of p
-    text_piece = format(p, "x")[20:36].encode()    # 16 hex digits of p
-    for piece in (binary_piece, text_piece):
+    # 8 bytes of p, and 16 of its hex digits: each a whole window, cut from a longer form
+    for form, lo, hi in ((_be(p), 40, 48), (format(p, "x").encode(), 20, 36)):
+        piece = form[lo:hi]
         for size in (len(piece), 61, 64):
             filler = rng.bytes(size)
             assert not exposure.bytes_reveal(filler)
             for at in range(size - len(piece) + 1):
                 planted = filler[:at] + piece + filler[at + len(piece):]
                 assert exposure.bytes_reveal(planted), (len(piece), size, at)
-                assert not exposure.bytes_reveal(planted[:at] + planted[at + 1:at + len(piece)]
-                                                 + planted[at + len(piece):])   # one byte short
+                # one byte short, between bytes that do not continue it (a neighbour equal to
+                # the form's next byte would make the window whole again, and rightly found)
+                short = bytearray(filler[:at] + piece[1:] + filler[at + len(piece):])
+                for i, continues in ((at - 1, form[lo]), (at + len(piece) - 1, form[hi])):
+                    if 0 <= i < len(short) and short[i] == continues:
+                        short[i] ^= 1
+                assert not exposure.bytes_reveal(bytes(short)), (len(piece), size, at)
 
 
 @settings(max_examples=150, deadline=None)
