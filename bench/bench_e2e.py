@@ -372,6 +372,9 @@ def party_summary(res: dict[str, Any], epochs: int) -> dict[str, Any]:
            "blocked_recv_s": ovl.get("blocked_recv_s"), "blocked_send_s": ovl.get("blocked_send_s"),
            "transport_wait_s": net.get("seconds_waiting"),
            "transport_send_s": net.get("seconds_sending"), "bytes_sent": net.get("bytes_sent"),
+           # turning objects into messages and back, on whichever thread sent or received them
+           # (out of and into Montgomery form, the private-key guard's scan, the unit check)
+           "codec_s": net.get("codec_seconds"),
            "crypto_s": sum(float(o.get("seconds") or 0) for o in ops),
            "ops": ops, "elements_per_epoch": per_epoch(ops, epochs),
            "chosen": backend.get("chosen"), "timings": res.get("timings", []),
