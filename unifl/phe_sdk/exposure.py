@@ -298,10 +298,9 @@ def _text_windows(values: dict[int, int | None], primes: tuple[int, ...]
 
 def _current_tables() -> _Tables | None:
     """The windows of every watched key, merged (rebuilt when the watched set changes): binary
-    windows, text prefixes, text pair hashes, and two screens indexed by a window's top and by
-    its low bits (:data:`_TOP_BITS`, :data:`_LOW_BITS`) (bit 0: some binary window has them, bit 1: some text
-    prefix has them).  A window passes both screens whenever it is in a table: the screens only
-    spare the exact lookup for the offsets that cannot match."""
+    windows, text prefixes, text pair hashes, and two screens (:func:`_screen`) indexed by a
+    window's top :data:`_TOP_BITS` and its low :data:`_LOW_BITS` bits.  A window in a table passes
+    both screens: they only spare the exact lookup for offsets that cannot match."""
     global _tables
     with _lock:
         _apply_released()
@@ -314,17 +313,22 @@ def _current_tables() -> _Tables | None:
     binary = np.unique(np.concatenate([p[0] for p in parts]))
     firsts = np.unique(np.concatenate([p[1] for p in parts]))
     pairs = np.unique(np.concatenate([p[2] for p in parts]))
-    screens = []
-    for index, bits in ((lambda w: w >> _TOP_SHIFT, _TOP_BITS), (lambda w: w & _LOW_MASK, _LOW_BITS)):
-        screen = np.zeros(1 << bits, np.uint8)
-        screen[index(binary).astype(np.intp)] |= 1
-        screen[index(firsts).astype(np.intp)] |= 2
-        screens.append(screen)
-    built: _Tables = (binary, firsts, pairs, screens[0], screens[1])
+    built: _Tables = (binary, firsts, pairs,
+                      _screen(binary >> _TOP_SHIFT, firsts >> _TOP_SHIFT, _TOP_BITS),
+                      _screen(binary & _LOW_MASK, firsts & _LOW_MASK, _LOW_BITS))
     with _lock:
         if _generation == gen:
             _tables = (gen, built)
     return built
+
+
+def _screen(binary_index: np.ndarray, text_index: np.ndarray, bits: int) -> np.ndarray:
+    """2^``bits`` flags: bit 0 where some binary window has that index, bit 1 where some text
+    prefix has it."""
+    screen = np.zeros(1 << bits, np.uint8)
+    screen[binary_index.astype(np.intp)] |= 1
+    screen[text_index.astype(np.intp)] |= 2
+    return screen
 
 
 def _nonzero_bytes(marks: np.ndarray) -> np.ndarray:
