@@ -207,21 +207,14 @@ def int_reveals(x: int) -> bool:
 
 
 # ------------------------------------------------------------------ rules 2 and 3: bytes
-def _words(data: bytes, start: int, stop: int) -> np.ndarray:
-    """The little-endian 64-bit words of ``data`` at every byte offset in [start, stop)."""
-    view = memoryview(data)
-    out = np.empty(stop - start, np.uint64)
-    for o in range(8):
-        first = start + o
-        count = (min(stop, len(data) - 7) - first + 7) // 8
-        if count <= 0:
-            continue
-        out[o::8][:count] = np.frombuffer(view[first:first + 8 * count], "<u8")
-    return out
+def _words(data: bytes) -> np.ndarray:
+    """``words[i]`` = the little-endian 64-bit word ``data[i:i + 8]``, for every offset i with 8
+    bytes from it: a read-only strided view of ``data`` itself (unaligned reads, nothing copied)."""
+    return np.ndarray((max(len(data) - 7, 0),), "<u8", buffer=data, strides=(1,))
 
 
-def _all_windows(blobs: Iterable[bytes], width: int = WINDOW) -> np.ndarray:
-    words = [_words(b, 0, len(b) - width + 1) for b in blobs if len(b) >= width]
+def _all_windows(blobs: Iterable[bytes]) -> np.ndarray:
+    words = [_words(b) for b in blobs]
     return np.concatenate(words) if words else np.zeros(0, np.uint64)
 
 
@@ -287,7 +280,7 @@ def _text_windows(values: dict[int, int | None], primes: tuple[int, ...]
     for f in forms:
         if len(f) < TEXT_WINDOW:
             continue
-        w = _words(f, 0, len(f) - 7)
+        w = _words(f)
         m = len(f) - TEXT_WINDOW + 1
         firsts.append(w[:m])
         pairs.append(_pair_hash(w[:m], w[8:8 + m]))
@@ -350,17 +343,17 @@ def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 def bytes_reveal(data: bytes | bytearray | memoryview) -> bool:
     """Whether ``data`` holds a watched key's binary or text form (rules 2 and 3).
 
-    Every byte offset is screened: the 64-bit little-endian word there is read through a strided
-    view of ``data`` itself (unaligned reads, nothing copied), its top bits index the first
-    screen, and the few offsets that pass are checked against the second screen and then looked
-    up exactly (binary windows; text prefixes, then the hash of the prefix and the next word)."""
+    Every byte offset is screened: the top bits of the 64-bit word there (:func:`_words`, no
+    copy) index the first screen, and the few offsets that pass are checked against the second
+    screen, then looked up exactly (binary windows; text prefixes, then the hash of the prefix
+    and the next word)."""
     tables = _current_tables()
     data = bytes(data)
     if tables is None or len(data) < WINDOW:
         return False
     binary, firsts, pairs, top_screen, low_screen = tables
-    n = len(data) - WINDOW + 1
-    words = np.ndarray((n,), "<u8", buffer=data, strides=(1,))   # words[i]: data[i:i + 8]
+    words = _words(data)
+    n = len(words)
     size = min(_CHUNK, n)
     top = np.empty(size, np.uint64)
     marks = np.zeros(size + 8, np.uint8)     # zero past the chunk, to whole groups of 8
