@@ -85,16 +85,12 @@ def encode(values: npt.ArrayLike, scale_bits: int, max_int: int) -> Encoded:
     bound: int | None = None                  # max |v|, where NumPy can give it exactly
     if arr.dtype.kind in "iub":
         ints = [int(v) << scale_bits for v in flat.tolist()]
-        # the extremes as Python ints: |INT64_MIN| does not fit an int64
-        bound = max(int(flat.max()), -int(flat.min()), 0) << scale_bits if flat.size else 0
+        bound = _int_bound(flat, scale_bits)
     elif arr.dtype.kind == "f":
         if not np.isfinite(flat).all():
             raise OperandError("cannot encode NaN or infinity")
-        # x·2^s is exact in binary floating point while it stays below 2^1024; rint then int()
-        # is exact too.  Past that, ldexp gives inf: those values take the exact integer path.
         flat = flat.astype(np.float64)
-        with np.errstate(over="ignore"):          # inf is handled just below
-            scaled = np.rint(np.ldexp(flat, scale_bits))
+        scaled = _scaled_floats(flat, scale_bits)
         if np.isfinite(scaled).all():
             # integral floats: |x| and its max are exact, and below 2^63 so is the cast to int64
             bound = int(np.abs(scaled).max()) if scaled.size else 0
@@ -127,23 +123,36 @@ def _check_bound_fits(bound: int, scale_bits: int, max_int: int) -> None:
             f"max_int has {max_int.bit_length()} bits (n/3)")
 
 
-def _int64_scaled(arr: np.ndarray, scale_bits: int) -> np.ndarray | None:
-    """round(x·2^s) for every x of an int or float array, as int64 of its shape, where NumPy
-    gives it exactly: every value finite and every |round(x·2^s)| below 2^63.  None otherwise."""
+def _int_bound(values: np.ndarray, scale_bits: int) -> int:
+    """max |v|·2^s over an int array, exact (the extremes as Python ints: |INT64_MIN| does not
+    fit an int64)."""
+    return max(int(values.max()), -int(values.min()), 0) << scale_bits if values.size else 0
+
+
+def _scaled_floats(values: np.ndarray, scale_bits: int) -> np.ndarray:
+    """rint(x·2^s) in float64.  x·2^s is exact in binary floating point while it stays below
+    2^1024, and so is the rounding; past that, ldexp gives inf (the caller's exact path)."""
+    with np.errstate(over="ignore"):
+        return np.rint(np.ldexp(values.astype(np.float64), scale_bits))
+
+
+def _int64_scaled(arr: np.ndarray, scale_bits: int) -> tuple[np.ndarray, int] | None:
+    """round(x·2^s) for every x of an int or float array, as int64 of its shape, and their max
+    |v|, where NumPy gives them exactly: every value finite and every |v| below 2^63.  None
+    otherwise."""
     if scale_bits > 62:
         return None
     if arr.dtype.kind in "iub":
-        hi = max(int(arr.max()), -int(arr.min()), 0) if arr.size else 0
-        if hi << scale_bits >= 1 << 63:
+        bound = _int_bound(arr, scale_bits)
+        if bound >= 1 << 63:
             return None
-        return arr.astype(np.int64) * np.int64(1 << scale_bits)
+        return arr.astype(np.int64) * np.int64(1 << scale_bits), bound
     if arr.dtype.kind == "f" and np.isfinite(arr).all():
-        # x·2^s and its rounding are exact in float64 while finite; integral floats of magnitude
-        # below 2^63 convert to int64 exactly
-        with np.errstate(over="ignore"):          # inf: beyond int64, left to encode()
-            scaled = np.rint(np.ldexp(arr.astype(np.float64), scale_bits))
-        if not scaled.size or np.abs(scaled).max() < 2.0 ** 63:
-            return scaled.astype(np.int64)
+        scaled = _scaled_floats(arr, scale_bits)
+        # integral floats below 2^63 in magnitude convert to int64 exactly (inf fails the test)
+        top = float(np.abs(scaled).max()) if scaled.size else 0.0
+        if top < 2.0 ** 63:
+            return scaled.astype(np.int64), int(top)
     return None
 
 
@@ -158,8 +167,9 @@ def encode_array(values: npt.ArrayLike, scale_bits: int, max_int: int) -> np.nda
         out = np.empty(arr.shape, dtype=object)
         out.reshape(-1)[:] = encode(arr, scale_bits, max_int).values
         return out
-    _check_bound_fits(int(np.abs(fast).max()) if fast.size else 0, scale_bits, max_int)
-    return fast
+    ints, bound = fast
+    _check_bound_fits(bound, scale_bits, max_int)
+    return ints
 
 
 def to_residues(ints: list[int], n: int) -> list[int]:
