@@ -88,7 +88,10 @@ Route = Literal["accelerator", "cpu", "split"]
 LineKey = tuple[str, int, int]
 #: the cache file of the measured lines, in the private cache folder
 CACHE_FILE = "dispatch-calibration.json"
-CACHE_VERSION = 1
+#: raised when a backend's cost curves change without a change of its options or of the UniFL
+#: version, so that lines measured on the old code are measured again rather than reused (2: the
+#: gpu's grouped products and multi-exponentiations cut their parts against the serial join)
+CACHE_VERSION = 2
 CACHE_TTL_S = 7 * 24 * 3600
 #: the exponent parameters of the ops that have one (their length class is part of a line's key)
 _EXPONENTS = {"mod_exp": 2, "mod_exp_secret": 2, "mont_exp": 2, "mont_multi_exp": 2}

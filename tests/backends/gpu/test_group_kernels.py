@@ -17,7 +17,7 @@ import unifl
 from unifl import mod_op
 from unifl.backends.gpu import keys
 from unifl.backends.gpu.host import GpuHostBackend, _gpu_host
-from unifl.backends.gpu.kernel_backend import group_plan
+from unifl.backends.gpu.kernel_backend import balanced_chunk, exp_cost, group_plan
 from unifl.base_op import from_limbs, mont_context, to_limbs
 from unifl.core.errors import OperandError
 
@@ -250,3 +250,82 @@ def test_a_window_or_shape_outside_the_kernels_is_refused():
         GpuHostBackend(window=6)
     with pytest.raises(ValueError, match="lanes"):
         GpuHostBackend(lanes="wider")
+
+
+def _longest_chain(plan: np.ndarray) -> int:
+    """MontMults on the longest path of a one-launch grouped product: a chunk's own rows, then, for
+    the last chunk of its group to finish, the join of the group's partials."""
+    rows = plan[:, 2] - plan[:, 1]
+    join = np.where(plan[:, 4] > 1, plan[:, 4], 0)
+    return int((rows + join).max())
+
+
+@pytest.mark.parametrize("counts", [[24_000], [100_000, 3, 0, 5_000], [1] * 50, [9, 0, 64]])
+@pytest.mark.parametrize("fill", [1, 3, 40])
+def test_group_plan_keeps_each_join_short(counts, fill):
+    """However small the fill chunk (a device's worth of groups over a small batch gives one row
+    per chunk), no group's chain is longer than its rows cut at the balanced size allow:
+    max(fill, ceil(sqrt(n))) rows, then ceil(n / that) partials."""
+    groups = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    groups = groups[np.random.default_rng(7).permutation(len(groups))]
+    order, plan = group_plan(groups, len(counts), chunk=fill)
+    assert sorted(order.tolist()) == list(range(len(groups)))
+    bound = 0
+    for n in counts:
+        c = max(fill, balanced_chunk(n))
+        bound = max(bound, min(c, n) + (-(-n // c) if n > c else 0))
+    assert _longest_chain(plan) == bound
+    # one group of 24,000 rows: the join is short (2·155), not the 8,000 partials of fill 3
+    if counts == [24_000] and fill == 3:
+        assert bound <= 2 * 155
+
+
+def test_balanced_chunk_minimises_the_chain():
+    for rows in (1, 2, 10, 24_000, 10**6):
+        for cost in (1.0, 47.0, 4000.0):
+            c = balanced_chunk(rows, cost)
+
+            def chain(k: int) -> float:
+                return k * cost + -(-rows // k)
+            best = min(chain(k) for k in range(1, min(rows, 5000) + 1))
+            assert chain(c) <= best * 1.01 + cost + 1, (rows, cost, c)
+
+
+def test_exp_cost_counts_the_windows():
+    e = np.zeros((3, 2), np.uint64)
+    assert exp_cost(e, 4) == 14                 # the table alone
+    e[1, 0] = (1 << 25) - 1
+    assert exp_cost(e, 4) == 14 + 25 + 7
+    e[2, 1] = 1                                 # bit 64 set: 65 bits
+    assert exp_cost(e, 5) == 30 + 65 + 13
+
+
+def test_multi_exp_parts_are_balanced():
+    """A one-row multi-exponentiation over 48,000 columns on a device of 8,192 groups: parts of
+    balanced_chunk columns (their chain about 2·sqrt(N·cost)), not the fill's 6 columns and 8,000
+    partials."""
+    be = GpuHostBackend(threads=1)
+    be.engine.parallel_groups = 8192
+    cost = 14 + 25 + 7
+    c = be._joined_chunk(48_000, 48_000, cost)
+    assert c == balanced_chunk(48_000, cost) > be._chunk(48_000)
+    assert c * cost + -(-48_000 // c) < 1.05 * 2 * (48_000 * cost) ** 0.5
+    assert be._joined_chunk(48_000 * 100, 48_000, cost) == be._chunk(48_000 * 100)
+
+
+def test_prod_groups_one_large_group_matches_python():
+    """One group of 43 rows on the harness's 8 groups: chunks of 7 (balanced) rather than 6
+    (fill), so the join and a short last chunk both run."""
+    be = GpuHostBackend(threads=2)
+    m = secrets.randbits(1024) | (1 << 1023) | 1
+    ctx = mont_context(m)
+    vals = [secrets.randbelow(m) for _ in range(40)] + [m - 1, 1, m - 2]
+    _, plan = group_plan(np.zeros(len(vals), np.int64), 1, be._chunk(len(vals)))
+    assert (plan[:, 2] - plan[:, 1]).tolist() == [7] * 6 + [1]
+    got = from_limbs(be.op_mont_prod_groups(ctx, _rows([_mont(v, ctx) for v in vals],
+                                                       ctx.num_limbs),
+                                            np.zeros(len(vals), np.int64), 1))
+    acc = 1
+    for v in vals:
+        acc = acc * v % m
+    assert got == [_mont(acc, ctx)]
