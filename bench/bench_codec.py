@@ -1,11 +1,13 @@
 """One ciphertext batch through the message codec, phase by phase, on each backend.
 
-    python bench/bench_codec.py [--backends native,gpu] [--key-bits 2048] [--rows 24000]
-                                [--repeats 5] [--json F] [--host-bodies]
+    python bench/bench_codec.py [--backends native,gpu,PARTY.yaml] [--key-bits 2048]
+                                [--rows 24000] [--repeats 5] [--json F] [--host-bodies]
 
 What a party spends on the batches it sends and receives, beside the crypto (the ``codec_s`` of
 ``bench_e2e.py``): one batch of ``--rows`` ciphertexts of a ``--key-bits`` key (24,000 is
-default_credit's training set), every backend in one process, the same bytes for each:
+default_credit's training set), every backend in one process, the same bytes for each.  A name
+ending in .yaml is a party config: the backend that party computes on (its fallback chain and
+size-aware dispatch, as the job has it):
 
 * encode: the plain ciphertexts out of Montgomery form (``ciphertexts()``: the conversion and,
   on a device, the fetch), the private-key guard's scan of the message (the process holds the
@@ -85,8 +87,18 @@ def main() -> int:
         from unifl.backends.gpu.host import GpuHostBackend
         registry.register("gpu_host", GpuHostBackend)
     names = [b for b in args.backends.split(",") if b]
-    backends, labels = {}, {}
+    backends: dict[str, Any] = {}
+    labels: dict[str, str] = {}
     for name in names:
+        if name.endswith((".yaml", ".yml")):
+            # a party's config: the backend that party computes on (fallback chain, dispatch)
+            from unifl.configs.load import load_party
+            from unifl.scheduler import backend_from_config
+            be = backend_from_config(load_party(name))
+            backends[name] = be
+            labels[name] = f"{name} ({be.describe()})"
+            print(f"bench_codec: {labels[name]}")
+            continue
         pr = registry.probe(name)
         if not pr.available:
             print(f"bench_codec: backend {name!r} is unavailable here: {pr.reason}",
@@ -138,15 +150,23 @@ def main() -> int:
             rows.append({"backend": name, "label": labels[name], "phase": phase,
                          "median_s": statistics.median(times), "min_s": min(times),
                          "max_s": max(times)})
-            print(f"  {name:10s} {phase:52s} {statistics.median(times):8.4f} s "
+            print(f"  {os.path.basename(name):20s} {phase:52s} {statistics.median(times):8.4f} s "
                   f"({min(times):.4f}-{max(times):.4f})", flush=True)
+
+        report = getattr(be, "dispatch_report", None)
+        if callable(report):
+            for d in report():
+                print(f"    dispatch: {d['op']:18s} {d['route']:11s} {d['calls']:4d} calls "
+                      f"{d['seconds']:.4f} s, slower than the CPU: {d['slower_than_cpu']} "
+                      f"({d['reason']})")
+            rows.append({"backend": name, "phase": "dispatch", "report": report()})
 
     base = {r["phase"]: r["median_s"] for r in rows if r["backend"] == names[0]}
     print(f"\nmedian s, and the ratio to {names[0]} (above 1: slower than {names[0]})")
     for r in rows:
-        if r["backend"] != names[0] and r["phase"] in base:
+        if r["backend"] != names[0] and r["phase"] in base and "median_s" in r:
             r["ratio_to_first"] = r["median_s"] / base[r["phase"]]
-            print(f"  {r['backend']:10s} {r['phase']:52s} {r['median_s']:8.4f} s "
+            print(f"  {os.path.basename(r['backend']):20s} {r['phase']:52s} {r['median_s']:8.4f} s "
                   f"{r['ratio_to_first']:6.2f}x")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
