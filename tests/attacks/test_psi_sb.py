@@ -42,9 +42,9 @@ def pai_key():
     return paillier.keygen(BITS)
 
 
-def pair():
+def pair(wait: float = WAIT):
     t = local_transports()
-    return Channel(t["guest"], WAIT, BE), Channel(t["host"], WAIT, BE), t
+    return Channel(t["guest"], wait, BE), Channel(t["host"], wait, BE), t
 
 
 # ================================================================== PSI: a hostile host
@@ -302,10 +302,10 @@ def sb_setup():
 class HostileGuest:
     """Speaks the SecureBoost wire protocol to the real ``_host`` and deviates where told."""
 
-    def __init__(self, sb_setup, pai_key) -> None:
+    def __init__(self, sb_setup, pai_key, wait: float = WAIT) -> None:
         job, self.p, ids, self.bins = sb_setup
         self.pk, _ = pai_key
-        self.g, h, _t = pair()
+        self.g, h, _t = pair(wait)
         self.host = Party(lambda: sbt_protocol._host(job, self.p, h, BE, Timings(), ids, None), h)
         self.g.send("host", "sbt/pk", self.pk)
         info = self.g.recv("host", "sbt/info")
@@ -415,22 +415,25 @@ def test_honest_path_to_depth_1_is_answered(sb_setup, pai_key):
     guest.g.send("host", "sbt/t0/level", None)
 
 
-@pytest.mark.parametrize("attack,fragments", [
+@pytest.mark.parametrize("attack,fragments,wait", [
     # the same node twice
-    (lambda g, nodes: g.splits(1, [(0, 0, 2), (0, 1, 2)]), ["node 0 asked twice"]),
+    (lambda g, nodes: g.splits(1, [(0, 0, 2), (0, 1, 2)]), ["node 0 asked twice"], WAIT),
     # a node that is not active
-    (lambda g, nodes: g.splits(1, [(2, 0, 2)]), ["not an active node", "< 2"]),
+    (lambda g, nodes: g.splits(1, [(2, 0, 2)]), ["not an active node", "< 2"], WAIT),
     # a feature beyond the host's
-    (lambda g, nodes: g.splits(1, [(0, g.fh, 2)]), ["split feature", "outside [0, "]),
+    (lambda g, nodes: g.splits(1, [(0, g.fh, 2)]), ["split feature", "outside [0, "], WAIT),
     # a bin beyond num_bins
-    (lambda g, nodes: g.splits(1, [(0, 0, g.p.num_bins)]), ["bin", "num_bins = 8"]),
+    (lambda g, nodes: g.splits(1, [(0, 0, g.p.num_bins)]), ["bin", "num_bins = 8"], WAIT),
     # more split queries than active nodes
-    (lambda g, nodes: g.splits(1, [(0, 0, 1), (1, 0, 1), (0, 1, 1)]), ["at most one per active"]),
-    # a huge list
-    (lambda g, nodes: g.splits(1, [(0, 0, 1)] * 100_000), ["100000 split queries"]),
+    (lambda g, nodes: g.splits(1, [(0, 0, 1), (1, 0, 1), (0, 1, 1)]), ["at most one per active"],
+     WAIT),
+    # a huge list: the attacker's own encoding of it (our codec, 400,000 values) takes about a
+    # second on a quiet machine and more under a loaded test run, all while the host waits; the
+    # host must still be waiting when it arrives, so that the refusal is what the test reads
+    (lambda g, nodes: g.splits(1, [(0, 0, 1)] * 100_000), ["100000 split queries"], 60.0),
 ])
-def test_host_refuses_out_of_protocol_split_queries(sb_setup, pai_key, attack, fragments):
-    guest = HostileGuest(sb_setup, pai_key)
+def test_host_refuses_out_of_protocol_split_queries(sb_setup, pai_key, attack, fragments, wait):
+    guest = HostileGuest(sb_setup, pai_key, wait)
     nodes = _to_depth_1(guest)
     guest.level(1, nodes, [0])
     guest.hist(1)
