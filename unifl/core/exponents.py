@@ -24,6 +24,18 @@ def exp_limbs(exps: int | Iterable[int]) -> np.ndarray:
     return to_limbs(vals, width)
 
 
+def exp_bits(exps: np.ndarray) -> int:
+    """The largest bit length among exponent rows of limbs ((N, Le), or (K, N, Le): any leading
+    shape), 0 when all are zero; read from the top non-zero limb column, without Python ints."""
+    e = np.asarray(exps, dtype=np.uint64)
+    e = e.reshape(-1, e.shape[-1])
+    cols = np.flatnonzero(e.any(axis=0))
+    if cols.size == 0:
+        return 0
+    top = int(cols[-1])
+    return 64 * top + int(e[:, top].max()).bit_length()
+
+
 def check_covered(exps: np.ndarray, covered: int) -> None:
     """Refuses (OperandError) a fixed-base exponent longer than the ``covered`` bits its comb table
     covers: the table has digits for those bits only, so a longer exponent would be cut silently."""

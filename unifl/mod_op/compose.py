@@ -10,7 +10,7 @@ import numpy as np
 from ..base_op import MontContext, constant, mont_mul
 from ..core.backend import Backend
 from ..core.contract import Limbs
-from ..core.exponents import window_bits, window_digits as _digits
+from ..core.exponents import exp_bits, window_bits, window_digits as _digits
 from ..core.limbs import from_limbs
 
 
@@ -78,10 +78,6 @@ def _sliding_exp(backend: Backend, ctx: MontContext, x: Limbs, e: int) -> Limbs:
     return acc
 
 
-def _exp_bits(exps: np.ndarray) -> int:
-    return max((v.bit_length() for v in from_limbs(exps)), default=0)
-
-
 def mont_exp(backend: Backend, ctx: MontContext, x: Limbs, exps: np.ndarray) -> Limbs:
     """x^e (Montgomery form in and out) for one exponent per row, or one shared exponent (1, Le):
     sliding windows for a shared exponent; otherwise fixed windows over a table of all 2^w powers,
@@ -89,7 +85,7 @@ def mont_exp(backend: Backend, ctx: MontContext, x: Limbs, exps: np.ndarray) -> 
     if exps.shape[0] == 1:
         return _sliding_exp(backend, ctx, x, from_limbs(exps)[0])
     # one exponent per element: fixed windows, same squaring schedule for all, table gathered
-    ebits = _exp_bits(exps)
+    ebits = exp_bits(exps)
     n = x.shape[0]
     if ebits == 0:
         return constant(ctx, ctx.r_mod, n)
@@ -159,7 +155,7 @@ def mont_multi_exp(backend: Backend, ctx: MontContext, bases: Limbs, exps: np.nd
     """Straus' method vectorised: one power table per base shared by all K outputs; per window, the
     K·N table entries are multiplied together by a batched tree and folded into the accumulators."""
     k, n, le = exps.shape
-    ebits = _exp_bits(exps.reshape(k * n, le))
+    ebits = exp_bits(exps.reshape(k * n, le))
     if ebits == 0:
         return constant(ctx, ctx.r_mod, k)
     w = min(window_bits(ebits), 5)

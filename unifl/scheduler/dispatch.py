@@ -71,6 +71,7 @@ import numpy as np
 from ..core.backend import OPS, Backend
 from ..core.contract import ROUTE_OPS
 from ..core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
+from ..core.exponents import exp_bits
 from ..core.limbs import DeviceBatch
 from ..core.montgomery import MontContext
 from . import cache
@@ -280,22 +281,11 @@ def _limbs_of(arg: Any) -> int:
     raise TypeError(f"no modulus in {type(arg).__name__}")
 
 
-def _exp_bits(exps: Any) -> int:
-    """The largest bit length among exponent rows ((N, Le) or (K, N, Le))."""
-    e = np.asarray(exps, dtype=np.uint64)
-    e = e.reshape(-1, e.shape[-1])
-    cols = np.flatnonzero(e.any(axis=0))
-    if cols.size == 0:
-        return 0
-    top = int(cols[-1])
-    return 64 * top + int(e[:, top].max()).bit_length()
-
-
 def line_key(op: str, args: tuple) -> LineKey:
     """(op, limb count of the modulus, exponent-length class ceil(log2(bits + 1)), 0 for ops
     without an exponent)."""
     pos = _EXPONENTS.get(op)
-    ecls = _exp_bits(args[pos]).bit_length() if pos is not None else 0
+    ecls = exp_bits(args[pos]).bit_length() if pos is not None else 0
     return op, _limbs_of(args[0]), ecls
 
 

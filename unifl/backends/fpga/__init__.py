@@ -50,15 +50,6 @@ def _host(x: Limbs) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else np.asarray(x, dtype=np.uint64)
 
 
-def _exp_bits(exps: np.ndarray) -> int:
-    """Largest bit length among the exponent rows (vectorised: top non-zero limb column)."""
-    cols = np.flatnonzero(exps.any(axis=0))
-    if cols.size == 0:
-        return 0
-    top = int(cols[-1])
-    return 64 * top + int(exps[:, top].max()).bit_length()
-
-
 class FpgaBackend(Backend):
     name = "fpga"
     #: the class-level declaration the registry checks: what every fpga instance runs natively.
@@ -167,8 +158,8 @@ class FpgaBackend(Backend):
     def op_mont_exp(self, ctx: MontContext, base_mont: Limbs, exps: np.ndarray) -> Limbs:
         """x̄^e in the Montgomery domain (x̄ = x·R mod m in, x^e·R mod m out), looped on the device
         by fixed windows of w bits: ~ebits squarings + ebits/w multiplications + 2^w table."""
-        from ...core.exponents import window_bits
-        ebits = _exp_bits(exps)
+        from ...core.exponents import exp_bits, window_bits
+        ebits = exp_bits(exps)
         w = self.window or min(window_bits(max(ebits, 1)), 6)
         return self.runtime.mont_exp(self._consts(ctx), ctx.n0inv,
                                      np.ascontiguousarray(base_mont), np.ascontiguousarray(exps),

@@ -54,13 +54,12 @@ device-to-host copies, so a test or bench can check what an op costs beyond its 
 from __future__ import annotations
 
 
-import math
 from typing import Any, Callable, Protocol, TypeVar
 
 import numpy as np
 
 from ...core.contract import Limbs
-from ...core.exponents import check_covered
+from ...core.exponents import check_covered, exp_bits
 from ...core.keys import PaillierPrivateMaterial, PaillierPublicMaterial
 from ...core.montgomery import MontContext
 from ...core.errors import InvalidCiphertextError, OperandError
@@ -326,17 +325,19 @@ def balanced_chunk(rows: int, row_cost: float = 1.0) -> int:
     filling the device alone gives a batch smaller than the device's groups) the chain is the
     whole batch, one MontMult after another: a 24,000-row unit check of a 2048-bit key's
     ciphertexts joined 8,000 partials, where balanced parts join 155."""
-    if rows <= 1:
-        return 1
-    return max(1, math.ceil(math.sqrt(rows / max(row_cost, 1.0))))
+    return int(balanced_chunks(np.array([rows]), row_cost)[0])
+
+
+def balanced_chunks(rows: np.ndarray, row_cost: float = 1.0) -> np.ndarray:
+    """:func:`balanced_chunk` of each count in ``rows`` (at least 1 each), as int64."""
+    best = np.ceil(np.sqrt(np.asarray(rows, np.float64) / max(row_cost, 1.0)))
+    return np.maximum(best, 1).astype(np.int64)
 
 
 def exp_cost(exps: np.ndarray, window: int) -> float:
     """MontMults of one fixed-window exponentiation by the longest of ``exps`` (uint64 limbs,
     last axis): its table (2^w − 2 products), one squaring per bit and one product per window."""
-    e = np.asarray(exps, dtype=np.uint64).reshape(-1, np.shape(exps)[-1])
-    nz = np.flatnonzero(e.any(axis=0))
-    bits = 0 if nz.size == 0 else 64 * int(nz[-1]) + int(e[:, nz[-1]].max()).bit_length()
+    bits = exp_bits(exps)
     return float((1 << window) - 2 + bits + -(-bits // window))
 
 
@@ -350,7 +351,7 @@ def group_plan(groups: np.ndarray, num_groups: int, chunk: int) -> tuple[np.ndar
     order = np.argsort(groups, kind="stable").astype(np.int64)
     counts = np.bincount(groups, minlength=num_groups).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)])
-    sizes = np.maximum(int(chunk), np.ceil(np.sqrt(counts)).astype(np.int64))
+    sizes = np.maximum(int(chunk), balanced_chunks(counts))
     parts = np.maximum(1, -(-counts // sizes))
     first = np.concatenate([[0], np.cumsum(parts)])[:-1]
     seg = np.repeat(np.arange(num_groups, dtype=np.int64), parts)
