@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.unifl-installed
 DEV_STAMP := $(VENV)/.unifl-dev-installed
 
-.PHONY: demo test test-fast test-full test-fate lint bench build devices fuzz wheel check-wheel clean gpu-proxies \
+.PHONY: demo test test-fast test-full test-fate fate-venv lint bench build devices fuzz wheel check-wheel clean gpu-proxies \
 	gpu-baseline
 
 demo: build
@@ -46,9 +46,9 @@ test-full: build $(DEV_STAMP)
 FATE_VENV  ?= .venv-fate
 FATE_STAMP := $(FATE_VENV)/.fate-installed
 FATE_PINS  := pyfate==2.2.0 pandas==2.2.3 "setuptools<81" torch==2.13.0 gmpy2==2.3.2 PyYAML==6.0.3 \
- rich==13.7.1 pytest==9.0.3 phe==1.5.0 matplotlib==3.10.7
+ rich==13.7.1 pytest==9.0.3 pytest-xdist==3.8.0 execnet==2.1.2 phe==1.5.0 matplotlib==3.10.7
 
-$(FATE_STAMP):
+$(FATE_STAMP): Makefile
 	$(PYTHON) -m venv $(FATE_VENV)
 	$(FATE_VENV)/bin/python -m pip install -q torch==2.13.0
 	$(FATE_VENV)/bin/python -m pip install -q $(FATE_PINS)
@@ -73,11 +73,16 @@ $(FATE_FLOW_STAMP): $(FATE_STAMP)
 	$(FATE_VENV)/bin/python -m pip install -q $(FATE_FLOW_REQS) $(FATE_PINS)
 	touch $(FATE_FLOW_STAMP)
 
+# FATE's venv with FATE-Flow, on its own (CI installs it while nvcc compiles the proxies' kernels)
+fate-venv: $(FATE_STAMP) $(FATE_FLOW_STAMP)
+
 # the kit and FATE's launcher, then real FATE-Flow jobs (tests/fate/test_flow.py: starts a standalone
-# server on free ports of 127.0.0.1, home $(FATE_FLOW_HOME), and always stops it)
+# server on free ports of 127.0.0.1, home $(FATE_FLOW_HOME), and always stops it).  Both workers
+# spend most of a job waiting on FATE's own processes, so the FATE-Flow module runs beside the
+# launcher jobs; the launcher binds fixed ports, so its tests share one worker (xdist_group).
 test-fate: build $(FATE_STAMP) $(FATE_FLOW_STAMP)
 	PYTHONPATH=$(CURDIR) UNIFL_FATE_FLOW_HOME=$(FATE_FLOW_HOME) $(FATE_VENV)/bin/python -m pytest -q -rs \
-	  -p no:cacheprovider tests/fate/test_kit.py tests/fate/test_party.py tests/fate/test_jobs.py \
+	  -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/fate/test_kit.py tests/fate/test_party.py tests/fate/test_jobs.py \
 	  tests/fate/test_tutorial.py tests/fate/test_flow.py
 # ------------------------------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ if importlib.util.find_spec("fate_flow") is None or importlib.util.find_spec("fa
 from unifl.fate import flow  # noqa: E402
 from tests.helpers.paths import ROOT as REPO_ROOT
 
-pytestmark = pytest.mark.fate
+# one server for the module (its fixture), so the module stays on one worker
+pytestmark = [pytest.mark.fate, pytest.mark.xdist_group("fate_flow_server")]
 
 ROOT = REPO_ROOT
 HOME = Path(os.environ.get("UNIFL_FATE_FLOW_HOME", ROOT / "build" / "fate-flow" / "home"))

@@ -11,7 +11,9 @@ import sys
 import pytest
 from tests.helpers.paths import ROOT as REPO_ROOT
 
-pytestmark = pytest.mark.fate
+# FATE's launcher binds the fixed ports of PARTIES: one launcher job at a time (make test-fate runs
+# its files on two workers; the launcher tests share one)
+pytestmark = [pytest.mark.fate, pytest.mark.xdist_group("fate_launcher_ports")]
 
 pytest.importorskip("fate", reason="pyfate 2.2 is not installed here (run `make test-fate`)")
 
