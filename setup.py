@@ -107,6 +107,13 @@ for ctx, step in BUILD_STEPS:
 class BuildExt(_build_ext):
     """build_ext, then each backend's ``after_build_ext`` hook."""
 
+    def finalize_options(self):
+        super().finalize_options()
+        # the extensions compile side by side on every core in pip's and `python -m build`'s builds
+        # too, not only in the Makefile's (which passes --parallel); True: one worker per CPU
+        if self.parallel is None:
+            self.parallel = True
+
     def run(self):
         super().run()
         # in place for --inplace and for editable installs (pip install -e: the package is the
