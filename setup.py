@@ -130,6 +130,11 @@ class BuildExt(_build_ext):
 setup(
     packages=find_packages(include=["unifl", "unifl.*"]),
     package_data={"unifl": package_data},
+    # the data is exactly package_data.  setuptools' default also takes every file of the sdist's
+    # manifest under a package, and then warned, a screenful per folder (kernel sources, configs,
+    # datasets: not Python packages), on every install, a newcomer's first `make demo` included;
+    # the wheel's file list is the same either way
+    include_package_data=False,
     extras_require=extras_require,
     cmdclass={"build_ext": BuildExt},
     ext_modules=[] if REGISTER_ONLY else ext_modules,
