@@ -152,6 +152,9 @@ wheel: $(DEV_STAMP)
 	env -u UNIFL_REQUIRE_CUDA_BUILD UNIFL_CUDA_BUILD=0 $(BIN)/python -m build --no-isolation -o dist .
 
 check-wheel: wheel
+	@# the sdist carries sources only, never what an in-place build left in the tree (MANIFEST.in)
+	@! tar tzf dist/unifl-*.tar.gz | grep -E '\.so$$|_build_info\.json$$' || \
+	  { echo "check-wheel: the sdist carries build outputs (above)"; exit 1; }
 	rm -rf $(WHEEL_VENV) build/wheel-run
 	$(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls dist/unifl-*.whl)[fpga]"
