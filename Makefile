@@ -77,9 +77,10 @@ $(FATE_FLOW_STAMP): $(FATE_STAMP)
 fate-venv: $(FATE_STAMP) $(FATE_FLOW_STAMP)
 
 # the kit and FATE's launcher, then real FATE-Flow jobs (tests/fate/test_flow.py: starts a standalone
-# server on free ports of 127.0.0.1, home $(FATE_FLOW_HOME), and always stops it).  Both workers
-# spend most of a job waiting on FATE's own processes, so the FATE-Flow module runs beside the
-# launcher jobs; the launcher binds fixed ports, so its tests share one worker (xdist_group).
+# server on free ports of 127.0.0.1, home $(FATE_FLOW_HOME), and always stops it), on one worker
+# per core.  The FATE-Flow module keeps its one server on one worker (xdist_group); the launcher's
+# jobs share nothing (the "guest:9999" of --parties is a role and party id, not a port; each job
+# has its own data_dir and federation session), so they spread like the kit's tests.
 test-fate: build $(FATE_STAMP) $(FATE_FLOW_STAMP)
 	PYTHONPATH=$(CURDIR) UNIFL_FATE_FLOW_HOME=$(FATE_FLOW_HOME) $(FATE_VENV)/bin/python -m pytest -q -rs \
 	  -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/fate/test_kit.py tests/fate/test_party.py tests/fate/test_jobs.py \

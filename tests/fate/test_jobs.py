@@ -11,9 +11,7 @@ import sys
 import pytest
 from tests.helpers.paths import ROOT as REPO_ROOT
 
-# FATE's launcher binds the fixed ports of PARTIES: one launcher job at a time (make test-fate runs
-# its files on two workers; the launcher tests share one)
-pytestmark = [pytest.mark.fate, pytest.mark.xdist_group("fate_launcher_ports")]
+pytestmark = pytest.mark.fate
 
 pytest.importorskip("fate", reason="pyfate 2.2 is not installed here (run `make test-fate`)")
 

@@ -95,8 +95,6 @@ def _launch(tmp_path, env):
     return proc, (json.loads(out.read_text()) if out.exists() else None)
 
 
-# the launcher binds the fixed ports test_jobs.py uses: same worker under make test-fate
-@pytest.mark.xdist_group("fate_launcher_ports")
 def test_fates_own_workers_refuse_a_misspelt_key_and_honour_devices(tmp_path):
     """FATE's launcher: every party a process of FATE's, its kit reading UNIFL_CONFIG."""
     bad = tmp_path / "bad.yaml"

@@ -9,8 +9,7 @@ import sys
 import pytest
 from tests.helpers.paths import ROOT
 
-# the tutorial's launcher binds the fixed ports test_jobs.py and test_party.py use: same worker
-pytestmark = [pytest.mark.fate, pytest.mark.xdist_group("fate_launcher_ports")]
+pytestmark = pytest.mark.fate
 
 pytest.importorskip("fate", reason="pyfate 2.2 is not installed here (run `make test-fate`)")
 
