@@ -146,7 +146,7 @@ $(STAMP): requirements.txt requirements-cuda.txt setup.py
 # GPU), then a clean venv installs the wheel with the fpga extra and runs `unifl devices` and
 # `unifl demo` in a folder outside the source tree (CI runs this).  One epoch, not the demo's three:
 # what this checks is the wheel (extensions, kernel sources, configs, data, entry points), which the
-# first epoch reaches whole, and each epoch costs the fpga stand-in (PoCL) 40 s of the 2048-bit job
+# first epoch reaches whole, and each epoch costs the fpga stand-in (PoCL) about 45 s at 2048 bits
 WHEEL_VENV := build/wheel-venv
 wheel: $(DEV_STAMP)
 	rm -rf dist
